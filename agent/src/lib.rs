@@ -1,0 +1,1 @@
+//! The score-provider framework and the resource-usage agent. They land with their issue.

@@ -1,0 +1,3 @@
+//! The `work.open-cluster-management.io` group.
+
+pub mod v1;

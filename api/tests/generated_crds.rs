@@ -1,0 +1,150 @@
+//! The CRDs generated from our types (`crdgen`) install into a fresh apiserver (no upstream
+//! CRDs in it) and accept the seeds' objects: seed 000's Placements and AddOnPlacementScores,
+//! seed 003's Placements with decision groups. Their status goes through the status
+//! subresource, and what is read back equals what was written.
+
+#![allow(clippy::unwrap_used)] // in a test, a failed unwrap is a failed test
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{body, fixture_docs};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Namespace;
+use serde_json::{Value, json};
+
+async fn control_plane() -> &'static testenv::ControlPlane {
+    static CP: tokio::sync::OnceCell<testenv::ControlPlane> = tokio::sync::OnceCell::const_new();
+    CP.get_or_init(|| async {
+        testenv::ControlPlane::start(testenv::Options::default().with_crds(ocm_api::crds::all()))
+            .await
+            .expect("start a control plane with the generated CRDs")
+    })
+    .await
+}
+
+#[tokio::test]
+async fn generated_crds_accept_the_seed_objects() {
+    let cp = control_plane().await;
+    let client = cp.client().unwrap();
+    let docs = fixture_docs("seeds.yaml");
+    assert_eq!(docs.len(), 8);
+
+    let namespaces: BTreeSet<String> = docs
+        .iter()
+        .filter_map(|d| d["metadata"]["namespace"].as_str().map(String::from))
+        .collect();
+    for ns in namespaces {
+        let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &obj).await.unwrap();
+    }
+
+    for doc in docs {
+        let (group, version) = doc["apiVersion"].as_str().unwrap().split_once('/').unwrap();
+        let kind = doc["kind"].as_str().unwrap();
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let ns = doc["metadata"]["namespace"].as_str().unwrap();
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+
+        // Our types decode the seed object.
+        match kind {
+            "Placement" => drop(serde_json::from_value::<ocm_api::Placement>(doc.clone()).unwrap()),
+            "AddOnPlacementScore" => {
+                drop(serde_json::from_value::<ocm_api::AddOnPlacementScore>(doc.clone()).unwrap())
+            }
+            other => panic!("unexpected kind {other} in seeds.yaml"),
+        }
+
+        let mut spec_only = doc.clone();
+        let status = spec_only.as_object_mut().unwrap().remove("status");
+        let obj: DynamicObject = serde_json::from_value(spec_only).unwrap();
+        api.create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("{kind} {ns}/{name} refused: {e}"));
+        if let Some(status) = status {
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
+                .await
+                .unwrap_or_else(|e| panic!("{kind} {ns}/{name} status refused: {e}"));
+        }
+        let back = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+        assert_eq!(without_defaults(kind, body(&back)), body(&doc), "{kind} {ns}/{name} read back");
+    }
+}
+
+/// The apiserver fills the CRD defaults the seeds leave out; take them off again to compare.
+fn without_defaults(kind: &str, mut v: Value) -> Value {
+    if kind == "Placement" {
+        let spec = &mut v["spec"];
+        for (field, default) in [("sortBy", json!("ClusterName")), ("scoreRateLimit", json!("1m"))] {
+            assert_eq!(spec[field], default, "CRD default of {field}");
+            spec.as_object_mut().unwrap().remove(field);
+        }
+        if spec["prioritizerPolicy"].as_object().is_some_and(|p| p.is_empty()) {
+            assert!(spec.as_object_mut().unwrap().remove("prioritizerPolicy").is_some());
+        }
+    }
+    v
+}
+
+#[tokio::test]
+async fn generated_crds_reject_what_upstream_rejects() {
+    let cp = control_plane().await;
+    let client = cp.client().unwrap();
+    let ns = testenv::namespace(&client, "reject").await.unwrap();
+    let placements: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::erase::<ocm_api::Placement>(&()),
+    );
+    let bad = [
+        ("weight out of [-10, 10]", json!({"prioritizerPolicy": {"configurations": [
+            {"scoreCoordinate": {"type": "BuiltIn", "builtIn": "Steady"}, "weight": 11}]}})),
+        ("unknown scoreCoordinate type", json!({"prioritizerPolicy": {"configurations": [
+            {"scoreCoordinate": {"type": "Magic"}}]}})),
+        ("maxSkew below 1", json!({"spreadPolicy": {"spreadConstraints": [
+            {"topologyKey": "region", "topologyKeyType": "Label", "maxSkew": 0}]}})),
+        ("bad clustersPerDecisionGroup", json!({"decisionStrategy": {"groupStrategy": {
+            "clustersPerDecisionGroup": "101%"}}})),
+        ("bad scoreRateLimit", json!({"scoreRateLimit": "1d"})),
+        ("unknown sortBy", json!({"sortBy": "Random"})),
+    ];
+    for (i, (what, spec)) in bad.into_iter().enumerate() {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+            "kind": "Placement",
+            "metadata": {"name": format!("bad-{i}")},
+            "spec": spec,
+        }))
+        .unwrap();
+        let err = placements.create(&PostParams::default(), &obj).await.expect_err(what);
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 422),
+            "{what}: expected 422 Invalid, got {err:?}"
+        );
+    }
+
+    let scores: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::erase::<ocm_api::AddOnPlacementScore>(&()),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1alpha1",
+        "kind": "AddOnPlacementScore",
+        "metadata": {"name": "out-of-range"},
+    }))
+    .unwrap();
+    scores.create(&PostParams::default(), &obj).await.unwrap();
+    let err = scores
+        .patch_status(
+            "out-of-range",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"scores": [{"name": "cpu", "value": 101}]}})),
+        )
+        .await
+        .expect_err("a score above 100");
+    assert!(matches!(&err, kube::Error::Api(s) if s.code == 422), "got {err:?}");
+}

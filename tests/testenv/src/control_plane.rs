@@ -1,0 +1,393 @@
+//! Starting, using and stopping one etcd + kube-apiserver pair.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+
+use crate::process::{self, ManagedChild, Shutdown};
+use crate::{Error, crds, paths, pki};
+
+/// How long etcd and kube-apiserver may take to become ready (kube-apiserver bootstraps its
+/// RBAC roles before `/readyz` passes; on a loaded 2-core machine that takes a while).
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Attempts with fresh ports when a port picked as free was taken before the process bound it.
+const START_ATTEMPTS: usize = 3;
+
+/// What to install after start.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    upstream_crds: bool,
+    crds: Vec<CustomResourceDefinition>,
+}
+
+impl Options {
+    /// Install the upstream OCM CRDs (the pinned `open-cluster-management.io/api` module's).
+    pub fn with_upstream_crds(mut self) -> Self {
+        self.upstream_crds = true;
+        self
+    }
+
+    /// Install these CRDs.
+    pub fn with_crds(mut self, crds: impl IntoIterator<Item = CustomResourceDefinition>) -> Self {
+        self.crds.extend(crds);
+        self
+    }
+}
+
+/// A running control plane. Dropping it kills both processes and removes its directory.
+pub struct ControlPlane {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    etcd: ManagedChild,
+    apiserver: ManagedChild,
+    server: String,
+    ca_file: PathBuf,
+    admin_token: String,
+}
+
+impl Shutdown for Inner {
+    fn shutdown(&self) {
+        // The apiserver first, so that it does not log etcd connection errors while dying.
+        self.apiserver.kill();
+        self.etcd.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.inner.shutdown();
+    }
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver, waits until the apiserver is ready, and installs the
+    /// CRDs `options` asks for, waiting until each is `Established` and served.
+    pub async fn start(options: Options) -> Result<Self, Error> {
+        let etcd_bin = existing(paths::etcd(), "etcd")?;
+        let apiserver_bin = existing(paths::kube_apiserver(), "kube-apiserver")?;
+        let mut last_err = None;
+        for _ in 0..START_ATTEMPTS {
+            match Self::start_once(&etcd_bin, &apiserver_bin).await {
+                Ok(cp) => {
+                    cp.install(&options).await?;
+                    return Ok(cp);
+                }
+                // A port race shows up as an early exit mentioning the address.
+                Err(e @ Error::ProcessExited { .. }) if e.to_string().contains("address already in use") => {
+                    last_err = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| Error::NotReady {
+            what: "control plane".into(),
+            seconds: 0,
+            detail: String::new(),
+        }))
+    }
+
+    async fn start_once(etcd_bin: &Path, apiserver_bin: &Path) -> Result<Self, Error> {
+        let dir = new_instance_dir()?;
+        let result = Self::start_in(&dir, etcd_bin, apiserver_bin).await;
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        result
+    }
+
+    async fn start_in(dir: &Path, etcd_bin: &Path, apiserver_bin: &Path) -> Result<Self, Error> {
+        let [client_port, peer_port, secure_port] = free_ports()?;
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let etcd_log = dir.join("etcd.log");
+        let mut etcd_cmd = Command::new(etcd_bin);
+        etcd_cmd.args([
+            format!("--name=testenv-{client_port}"),
+            format!("--data-dir={}", dir.join("etcd").display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-cluster=testenv-{client_port}=http://127.0.0.1:{peer_port}"),
+            "--unsafe-no-fsync=true".into(),
+            "--log-level=warn".into(),
+        ]);
+        let etcd = ManagedChild::spawn("etcd", etcd_cmd, &etcd_log)
+            .map_err(Error::io(format!("start {}", etcd_bin.display())))?;
+        wait_for(&etcd, &etcd_log, "etcd", || etcd_healthy(client_port)).await?;
+
+        let admin_token = pki::random_token()?;
+        let token_file = dir.join("tokens.csv");
+        std::fs::write(&token_file, format!("{admin_token},testenv-admin,testenv-admin,\"system:masters\"\n"))
+            .map_err(Error::io("write the token file"))?;
+        let (sa_key, sa_pub) = (dir.join("sa.key"), dir.join("sa.pub"));
+        pki::write_service_account_keys(&sa_key, &sa_pub)?;
+        let cert_dir = dir.join("certs");
+        let server = format!("https://127.0.0.1:{secure_port}");
+        let apiserver_log = dir.join("kube-apiserver.log");
+        let mut api_cmd = Command::new(apiserver_bin);
+        api_cmd.args([
+            format!("--etcd-servers={etcd_url}"),
+            format!("--cert-dir={}", cert_dir.display()),
+            format!("--secure-port={secure_port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            // No controller-manager creates default service accounts.
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--authorization-mode=RBAC".into(),
+            format!("--token-auth-file={}", token_file.display()),
+            format!("--service-account-issuer={server}/"),
+            format!("--service-account-key-file={}", sa_pub.display()),
+            format!("--service-account-signing-key-file={}", sa_key.display()),
+            format!("--api-audiences={server}/"),
+            "--v=1".into(),
+        ]);
+        let apiserver = ManagedChild::spawn("kube-apiserver", api_cmd, &apiserver_log)
+            .map_err(Error::io(format!("start {}", apiserver_bin.display())))?;
+
+        let ca_file = cert_dir.join("apiserver.crt");
+        let inner = Arc::new(Inner {
+            dir: dir.to_path_buf(),
+            etcd,
+            apiserver,
+            server,
+            ca_file,
+            admin_token,
+        });
+        let as_shutdown: Arc<dyn Shutdown> = inner.clone();
+        process::register_for_exit(&as_shutdown);
+        let cp = ControlPlane { inner };
+        cp.wait_ready(&apiserver_log).await?;
+        Ok(cp)
+    }
+
+    async fn wait_ready(&self, log: &Path) -> Result<(), Error> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut last = String::new();
+        loop {
+            if let Some(status) = self.inner.etcd.exited() {
+                return Err(exited(&self.inner.etcd, status, &self.inner.dir.join("etcd.log")));
+            }
+            if let Some(status) = self.inner.apiserver.exited() {
+                return Err(exited(&self.inner.apiserver, status, log));
+            }
+            // The serving certificate appears a moment after the process starts.
+            if self.inner.ca_file.exists() {
+                match self.readyz().await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => last = e,
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::NotReady {
+                    what: "kube-apiserver".into(),
+                    seconds: READY_TIMEOUT.as_secs(),
+                    detail: format!(" (last answer: {last}); log: {}", log.display()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn readyz(&self) -> Result<(), String> {
+        let client = self.client().map_err(|e| e.to_string())?;
+        let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+        client.request_text(req).await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    async fn install(&self, options: &Options) -> Result<(), Error> {
+        let mut all = Vec::new();
+        if options.upstream_crds {
+            all.extend(crds::upstream_crds()?);
+        }
+        all.extend(options.crds.iter().cloned());
+        if !all.is_empty() {
+            crds::install_crds(&self.client()?, all).await?;
+        }
+        Ok(())
+    }
+
+    /// The apiserver's URL.
+    pub fn server(&self) -> &str {
+        &self.inner.server
+    }
+
+    /// The PID of etcd and of kube-apiserver.
+    pub fn pids(&self) -> [u32; 2] {
+        [self.inner.etcd.pid(), self.inner.apiserver.pid()]
+    }
+
+    /// The directory holding the data, certificates and logs; removed at shutdown.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// A kubeconfig for the admin (group `system:masters`), or for `user` with `groups` through
+    /// impersonation, so that the apiserver authorizes every request as that identity.
+    pub fn kubeconfig(&self, identity: Option<(&str, &[&str])>) -> String {
+        let impersonation = match identity {
+            Some((user, groups)) => {
+                let groups: Vec<String> = groups.iter().map(|g| format!("{g:?}")).collect();
+                format!("    as: {user:?}\n    as-groups: [{}]\n", groups.join(", "))
+            }
+            None => String::new(),
+        };
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {server}\n    certificate-authority: {ca:?}\nusers:\n- name: testenv\n  user:\n    token: {token}\n{impersonation}contexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: testenv\n    namespace: default\ncurrent-context: testenv\n",
+            server = self.inner.server,
+            ca = self.inner.ca_file.display().to_string(),
+            token = self.inner.admin_token,
+        )
+    }
+
+    /// Writes [`Self::kubeconfig`] for the admin to `path`, for processes under test.
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), Error> {
+        std::fs::write(path, self.kubeconfig(None)).map_err(Error::io(format!("write {}", path.display())))
+    }
+
+    /// The client config of the admin, or of an impersonated identity (what
+    /// [`Self::kubeconfig`] says, built directly).
+    pub fn config(&self, identity: Option<(&str, &[&str])>) -> Result<kube::Config, Error> {
+        let url = self.inner.server.parse().map_err(|e| Error::Parse {
+            file: "server URL".into(),
+            message: format!("{e}"),
+        })?;
+        let mut config = kube::Config::new(url);
+        config.default_namespace = "default".into();
+        config.root_cert_file = Some(self.inner.ca_file.clone());
+        config.auth_info.token = Some(self.inner.admin_token.clone().into());
+        if let Some((user, groups)) = identity {
+            config.auth_info.impersonate = Some(user.to_string());
+            config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+        }
+        Ok(config)
+    }
+
+    /// An admin client. Build it inside the test that uses it (a client is bound to the tokio
+    /// runtime it was built on).
+    pub fn client(&self) -> Result<Client, Error> {
+        Ok(Client::try_from(self.config(None)?)?)
+    }
+
+    /// A client that acts as `user` in `groups` (plus `system:authenticated`): real RBAC decides
+    /// what it may do.
+    pub fn client_as(&self, user: &str, groups: &[&str]) -> Result<Client, Error> {
+        Ok(Client::try_from(self.config(Some((user, groups)))?)?)
+    }
+
+    /// Installs more CRDs and waits until they are served.
+    pub async fn install_crds(&self, crds: Vec<CustomResourceDefinition>) -> Result<(), Error> {
+        crds::install_crds(&self.client()?, crds).await
+    }
+
+    /// Kills both processes and removes the directory; idempotent. Dropping does the same.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
+fn existing(path: PathBuf, what: &'static str) -> Result<PathBuf, Error> {
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::MissingBinary { what, path })
+    }
+}
+
+fn exited(child: &ManagedChild, status: String, log: &Path) -> Error {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    Error::ProcessExited {
+        process: child.name(),
+        status,
+        log: log.to_path_buf(),
+        tail,
+    }
+}
+
+async fn wait_for(
+    child: &ManagedChild,
+    log: &Path,
+    what: &str,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(status) = child.exited() {
+            return Err(exited(child, status, log));
+        }
+        if ready() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::NotReady {
+                what: what.into(),
+                seconds: READY_TIMEOUT.as_secs(),
+                detail: format!("; log: {}", log.display()),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// etcd's `/health` over plain HTTP on loopback.
+fn etcd_healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
+}
+
+/// Three distinct free loopback ports. They are free when picked; the start retries if one is
+/// taken before the process binds it.
+fn free_ports() -> Result<[u16; 3], Error> {
+    let listeners = (0..3)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Error::io("pick free ports"))?;
+    let mut ports = [0u16; 3];
+    for (slot, l) in ports.iter_mut().zip(&listeners) {
+        *slot = l.local_addr().map_err(Error::io("pick free ports"))?.port();
+    }
+    Ok(ports)
+}
+
+/// `$TMPDIR/ocm-testenv/<pid>-<n>`. Directories left by processes that no longer run (killed
+/// outright, so no hook ran) are removed first.
+fn new_instance_dir() -> Result<PathBuf, Error> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let root = std::env::temp_dir().join("ocm-testenv");
+    std::fs::create_dir_all(&root).map_err(Error::io(format!("create {}", root.display())))?;
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let owner = name.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            if owner.is_some_and(|pid| !process::is_running(pid)) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let dir = root.join(format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(Error::io(format!("create {}", dir.display())))?;
+    Ok(dir)
+}

@@ -1,0 +1,90 @@
+//! A real Kubernetes control plane for tests: `etcd` and `kube-apiserver` started as child
+//! processes on free loopback ports, RBAC on, CRDs installed and `Established`, an admin client
+//! and clients for any other identity, everything killed and removed when it is dropped, when
+//! the test binary exits, or when it is killed (see [`process`]).
+//!
+//! The binaries and the upstream OCM CRDs come from the versioned cache that
+//! `tests/control-plane/build.sh` fills; [`paths`] says where.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), testenv::Error> {
+//! let cp = testenv::shared().await;               // one per test binary, upstream OCM CRDs in
+//! let ns = testenv::namespace(&cp.client()?, "roundtrip").await?;  // one namespace per test
+//! let alice = cp.client_as("alice", &["team-a"])?;  // real RBAC applies to her
+//! # let _ = (ns, alice); Ok(()) }
+//! ```
+
+pub mod crds;
+pub mod paths;
+pub mod process;
+
+mod control_plane;
+mod pki;
+
+pub use control_plane::{ControlPlane, Options};
+pub use crds::{install_crds, namespace, upstream_crds};
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong starting or using a control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "{what} not found at {path}: run tests/control-plane/build.sh (it builds the pinned versions into the cache)"
+    )]
+    MissingBinary { what: &'static str, path: PathBuf },
+    #[error("cannot {action}: {source}")]
+    Io {
+        action: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{process} exited early ({status}); last lines of its log {log}:\n{tail}")]
+    ProcessExited {
+        process: &'static str,
+        status: String,
+        log: PathBuf,
+        tail: String,
+    },
+    #[error("{what} not ready within {seconds}s{detail}")]
+    NotReady {
+        what: String,
+        seconds: u64,
+        detail: String,
+    },
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cannot parse {file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("cannot generate keys: {0}")]
+    Pki(#[from] rcgen::Error),
+}
+
+impl Error {
+    pub(crate) fn io(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let action = action.into();
+        move |source| Error::Io { action, source }
+    }
+}
+
+/// The control plane shared by every test of this test binary, with the upstream OCM CRDs
+/// installed. Started on first use; shut down when the binary exits.
+///
+/// Each `#[tokio::test]` has its own runtime, so take clients with [`ControlPlane::client`]
+/// inside the test: a client is bound to the runtime it was built on.
+///
+/// # Panics
+/// When the control plane cannot start: every test of the binary needs it, and the message
+/// says why (most often: the binaries are not built yet).
+pub async fn shared() -> &'static ControlPlane {
+    static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+    // The first caller's runtime does the start; the processes do not depend on it.
+    SHARED
+        .get_or_init(|| async {
+            match ControlPlane::start(Options::default().with_upstream_crds()).await {
+                Ok(cp) => cp,
+                Err(e) => panic!("testenv: cannot start the shared control plane: {e}"),
+            }
+        })
+        .await
+}

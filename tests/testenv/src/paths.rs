@@ -1,0 +1,50 @@
+//! Where the control-plane binaries and the upstream CRDs are: the versioned cache that
+//! `tests/control-plane/build.sh` fills. The versions come from the same `versions.env` the
+//! script reads, so the two can never disagree.
+
+use std::path::PathBuf;
+
+const VERSIONS_ENV: &str = include_str!("../../control-plane/versions.env");
+
+/// A pinned version from `versions.env`.
+pub fn version(key: &str) -> Option<&'static str> {
+    VERSIONS_ENV.lines().find_map(|line| {
+        let (k, v) = line.trim().split_once('=')?;
+        (k == key).then_some(v.trim())
+    })
+}
+
+/// The cache root: `$OCM_PLACEMENT_CACHE`, else `${XDG_CACHE_HOME:-$HOME/.cache}/ocm-placement`.
+pub fn cache_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os("OCM_PLACEMENT_CACHE") {
+        return PathBuf::from(dir).join("control-plane");
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("ocm-placement").join("control-plane")
+}
+
+fn versioned(key: &str, dir_prefix: &str, file: &str, env: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let v = version(key).unwrap_or("unknown");
+    cache_root().join(format!("{dir_prefix}-{v}")).join(file)
+}
+
+/// `kube-apiserver` (override: `TESTENV_KUBE_APISERVER`).
+pub fn kube_apiserver() -> PathBuf {
+    versioned("KUBE_VERSION", "kube-apiserver", "kube-apiserver", "TESTENV_KUBE_APISERVER")
+}
+
+/// `etcd` (override: `TESTENV_ETCD`).
+pub fn etcd() -> PathBuf {
+    versioned("ETCD_VERSION", "etcd", "etcd", "TESTENV_ETCD")
+}
+
+/// The folder of upstream OCM CRD YAML files (override: `TESTENV_OCM_CRDS`).
+pub fn upstream_crds_dir() -> PathBuf {
+    versioned("OCM_API_VERSION", "ocm-api", "crds", "TESTENV_OCM_CRDS")
+}
