@@ -44,20 +44,52 @@ fn with_upstream_defaults(crd: CustomResourceDefinition) -> CustomResourceDefini
     /// schemars' field-level default would lose.
     const UPSTREAM: &[(&str, &str, &str)] = &[
         ("Placement", "status.decisionGroups[].clusterCount", "0"),
-        ("ClusterManagementAddOn", "spec.supportedConfigs[].group", r#""""#),
-        ("ClusterManagementAddOn", "spec.installStrategy.placements[].configs[].group", r#""""#),
-        ("ClusterManagementAddOn", "status.defaultconfigReferences[].group", r#""""#),
-        ("ClusterManagementAddOn", "status.installProgressions[].configReferences[].group", r#""""#),
-        ("ClusterManagementAddOn", "spec.installStrategy.placements[].rolloutStrategy.all.maxFailures", "0"),
-        ("ClusterManagementAddOn", "spec.installStrategy.placements[].rolloutStrategy.progressive.maxFailures", "0"),
+        (
+            "ClusterManagementAddOn",
+            "spec.supportedConfigs[].group",
+            r#""""#,
+        ),
+        (
+            "ClusterManagementAddOn",
+            "spec.installStrategy.placements[].configs[].group",
+            r#""""#,
+        ),
+        (
+            "ClusterManagementAddOn",
+            "status.defaultconfigReferences[].group",
+            r#""""#,
+        ),
+        (
+            "ClusterManagementAddOn",
+            "status.installProgressions[].configReferences[].group",
+            r#""""#,
+        ),
+        (
+            "ClusterManagementAddOn",
+            "spec.installStrategy.placements[].rolloutStrategy.all.maxFailures",
+            "0",
+        ),
+        (
+            "ClusterManagementAddOn",
+            "spec.installStrategy.placements[].rolloutStrategy.progressive.maxFailures",
+            "0",
+        ),
         (
             "ClusterManagementAddOn",
             "spec.installStrategy.placements[].rolloutStrategy.progressivePerGroup.maxFailures",
             "0",
         ),
         ("ManagedClusterAddOn", "spec.configs[].group", r#""""#),
-        ("ManagedClusterAddOn", "status.configReferences[].group", r#""""#),
-        ("ManagedClusterAddOn", "status.supportedConfigs[].group", r#""""#),
+        (
+            "ManagedClusterAddOn",
+            "status.configReferences[].group",
+            r#""""#,
+        ),
+        (
+            "ManagedClusterAddOn",
+            "status.supportedConfigs[].group",
+            r#""""#,
+        ),
         (
             "ManagedClusterSet",
             "spec",
@@ -95,7 +127,11 @@ fn with_upstream_defaults(crd: CustomResourceDefinition) -> CustomResourceDefini
         }
         if let Some(props) = schema.properties.as_mut() {
             for (name, prop) in props.iter_mut() {
-                let sub = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+                let sub = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
                 walk(prop, &sub, kind);
             }
         }
@@ -110,7 +146,11 @@ fn with_upstream_defaults(crd: CustomResourceDefinition) -> CustomResourceDefini
     let mut crd = crd;
     let kind = crd.spec.names.kind.clone();
     for version in &mut crd.spec.versions {
-        if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
             walk(schema, "", &kind);
         }
     }

@@ -19,12 +19,15 @@ pub use addon::v1alpha1::{
     ManagedClusterAddOnSpec, ManagedClusterAddOnStatus,
 };
 pub use cluster::v1::{ManagedCluster, ManagedClusterSpec, ManagedClusterStatus, Taint};
-pub use cluster::v1alpha1::{AddOnPlacementScore, AddOnPlacementScoreItem, AddOnPlacementScoreStatus};
+pub use cluster::v1alpha1::{
+    AddOnPlacementScore, AddOnPlacementScoreItem, AddOnPlacementScoreStatus,
+};
 pub use cluster::v1beta1::{
     ClusterDecision, Placement, PlacementDecision, PlacementDecisionStatus, PlacementSpec,
     PlacementStatus,
 };
 pub use cluster::v1beta2::{
-    ManagedClusterSet, ManagedClusterSetBinding, ManagedClusterSetBindingSpec, ManagedClusterSetSpec,
+    ManagedClusterSet, ManagedClusterSetBinding, ManagedClusterSetBindingSpec,
+    ManagedClusterSetSpec,
 };
 pub use work::v1::{ManifestWork, ManifestWorkSpec, ManifestWorkStatus};

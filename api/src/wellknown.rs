@@ -18,7 +18,8 @@ pub mod label {
     /// On a PlacementDecision: the Placement it belongs to (what consumers key on).
     pub const PLACEMENT: &str = "cluster.open-cluster-management.io/placement";
     /// On a PlacementDecision: its decision group's index, as a decimal string.
-    pub const DECISION_GROUP_INDEX: &str = "cluster.open-cluster-management.io/decision-group-index";
+    pub const DECISION_GROUP_INDEX: &str =
+        "cluster.open-cluster-management.io/decision-group-index";
     /// On a PlacementDecision: its decision group's name ("" for unnamed groups).
     pub const DECISION_GROUP_NAME: &str = "cluster.open-cluster-management.io/decision-group-name";
     /// On objects that belong to one managed cluster.

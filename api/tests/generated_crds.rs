@@ -10,9 +10,9 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{body, fixture_docs};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use k8s_openapi::api::core::v1::Namespace;
 use serde_json::{Value, json};
 
 async fn control_plane() -> &'static testenv::ControlPlane {
@@ -38,7 +38,10 @@ async fn generated_crds_accept_the_seed_objects() {
         .collect();
     for ns in namespaces {
         let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &obj).await.unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap();
     }
 
     for doc in docs {
@@ -65,12 +68,20 @@ async fn generated_crds_accept_the_seed_objects() {
             .await
             .unwrap_or_else(|e| panic!("{kind} {ns}/{name} refused: {e}"));
         if let Some(status) = status {
-            api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
-                .await
-                .unwrap_or_else(|e| panic!("{kind} {ns}/{name} status refused: {e}"));
+            api.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{kind} {ns}/{name} status refused: {e}"));
         }
         let back = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
-        assert_eq!(without_defaults(kind, body(&back)), body(&doc), "{kind} {ns}/{name} read back");
+        assert_eq!(
+            without_defaults(kind, body(&back)),
+            body(&doc),
+            "{kind} {ns}/{name} read back"
+        );
     }
 }
 
@@ -78,12 +89,23 @@ async fn generated_crds_accept_the_seed_objects() {
 fn without_defaults(kind: &str, mut v: Value) -> Value {
     if kind == "Placement" {
         let spec = &mut v["spec"];
-        for (field, default) in [("sortBy", json!("ClusterName")), ("scoreRateLimit", json!("1m"))] {
+        for (field, default) in [
+            ("sortBy", json!("ClusterName")),
+            ("scoreRateLimit", json!("1m")),
+        ] {
             assert_eq!(spec[field], default, "CRD default of {field}");
             spec.as_object_mut().unwrap().remove(field);
         }
-        if spec["prioritizerPolicy"].as_object().is_some_and(|p| p.is_empty()) {
-            assert!(spec.as_object_mut().unwrap().remove("prioritizerPolicy").is_some());
+        if spec["prioritizerPolicy"]
+            .as_object()
+            .is_some_and(|p| p.is_empty())
+        {
+            assert!(
+                spec.as_object_mut()
+                    .unwrap()
+                    .remove("prioritizerPolicy")
+                    .is_some()
+            );
         }
     }
     v
@@ -100,14 +122,26 @@ async fn generated_crds_reject_what_upstream_rejects() {
         &ApiResource::erase::<ocm_api::Placement>(&()),
     );
     let bad = [
-        ("weight out of [-10, 10]", json!({"prioritizerPolicy": {"configurations": [
-            {"scoreCoordinate": {"type": "BuiltIn", "builtIn": "Steady"}, "weight": 11}]}})),
-        ("unknown scoreCoordinate type", json!({"prioritizerPolicy": {"configurations": [
-            {"scoreCoordinate": {"type": "Magic"}}]}})),
-        ("maxSkew below 1", json!({"spreadPolicy": {"spreadConstraints": [
-            {"topologyKey": "region", "topologyKeyType": "Label", "maxSkew": 0}]}})),
-        ("bad clustersPerDecisionGroup", json!({"decisionStrategy": {"groupStrategy": {
-            "clustersPerDecisionGroup": "101%"}}})),
+        (
+            "weight out of [-10, 10]",
+            json!({"prioritizerPolicy": {"configurations": [
+            {"scoreCoordinate": {"type": "BuiltIn", "builtIn": "Steady"}, "weight": 11}]}}),
+        ),
+        (
+            "unknown scoreCoordinate type",
+            json!({"prioritizerPolicy": {"configurations": [
+            {"scoreCoordinate": {"type": "Magic"}}]}}),
+        ),
+        (
+            "maxSkew below 1",
+            json!({"spreadPolicy": {"spreadConstraints": [
+            {"topologyKey": "region", "topologyKeyType": "Label", "maxSkew": 0}]}}),
+        ),
+        (
+            "bad clustersPerDecisionGroup",
+            json!({"decisionStrategy": {"groupStrategy": {
+            "clustersPerDecisionGroup": "101%"}}}),
+        ),
         ("bad scoreRateLimit", json!({"scoreRateLimit": "1d"})),
         ("unknown sortBy", json!({"sortBy": "Random"})),
     ];
@@ -119,7 +153,10 @@ async fn generated_crds_reject_what_upstream_rejects() {
             "spec": spec,
         }))
         .unwrap();
-        let err = placements.create(&PostParams::default(), &obj).await.expect_err(what);
+        let err = placements
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err(what);
         assert!(
             matches!(&err, kube::Error::Api(s) if s.code == 422),
             "{what}: expected 422 Invalid, got {err:?}"
@@ -146,5 +183,8 @@ async fn generated_crds_reject_what_upstream_rejects() {
         )
         .await
         .expect_err("a score above 100");
-    assert!(matches!(&err, kube::Error::Api(s) if s.code == 422), "got {err:?}");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422),
+        "got {err:?}"
+    );
 }

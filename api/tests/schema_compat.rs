@@ -50,7 +50,9 @@ fn facets(schema: &JSONSchemaProps, path: &str, out: &mut BTreeMap<String, Value
             "maximum": schema.maximum,
             "maxItems": schema.max_items,
         });
-        f.as_object_mut().unwrap().extend(bounds.as_object().unwrap().clone());
+        f.as_object_mut()
+            .unwrap()
+            .extend(bounds.as_object().unwrap().clone());
     }
     out.insert(path.to_string(), f);
     if path.ends_with(".resources") {
@@ -87,12 +89,18 @@ fn generated_crds_match_upstream_field_by_field() {
         let upstream = upstream_crd(&ours.spec.group, &ours.spec.names.plural);
         let kind = &ours.spec.names.kind;
         assert_eq!(ours.spec.scope, upstream.spec.scope, "{kind} scope");
-        assert_eq!(ours.spec.names.short_names, upstream.spec.names.short_names, "{kind} short names");
+        assert_eq!(
+            ours.spec.names.short_names, upstream.spec.names.short_names,
+            "{kind} short names"
+        );
         let stored = upstream.spec.versions.iter().find(|v| v.storage).unwrap();
         assert_eq!(ours.spec.versions.len(), 1);
         assert_eq!(ours.spec.versions[0].name, stored.name, "{kind} version");
         assert_eq!(
-            ours.spec.versions[0].subresources.as_ref().map(|s| s.status.is_some()),
+            ours.spec.versions[0]
+                .subresources
+                .as_ref()
+                .map(|s| s.status.is_some()),
             stored.subresources.as_ref().map(|s| s.status.is_some()),
             "{kind} status subresource"
         );
@@ -109,11 +117,18 @@ fn generated_crds_match_upstream_field_by_field() {
             if let Some(u) = up_f.get(path)
                 && o != u
             {
-                problems.push(format!("{kind}.{path}:\n    ours     {o}\n    upstream {u}"));
+                problems.push(format!(
+                    "{kind}.{path}:\n    ours     {o}\n    upstream {u}"
+                ));
             }
         }
     }
-    assert!(problems.is_empty(), "{} differences:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} differences:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 #[test]

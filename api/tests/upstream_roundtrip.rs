@@ -9,11 +9,11 @@ mod common;
 
 use std::fmt::Debug;
 
-use common::{body, fixture, upstream_crd, uncovered_paths};
+use common::{body, fixture, uncovered_paths, upstream_crd};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
-use kube::runtime::wait::conditions::is_crd_established;
 use kube::runtime::wait::Condition;
+use kube::runtime::wait::conditions::is_crd_established;
 use kube::{Api, Client, Resource};
 use ocm_api::*;
 use serde::Serialize;
@@ -61,16 +61,28 @@ where
     // The fixture sets every field upstream's schema has (else the round trip proves little).
     let crd = upstream_crd(&group, plural);
     let missing = uncovered_paths(&crd, &raw);
-    assert!(missing.is_empty(), "{file} leaves out upstream fields: {missing:#?}");
+    assert!(
+        missing.is_empty(),
+        "{file} leaves out upstream fields: {missing:#?}"
+    );
 
     // Offline: decoding into our type and encoding again gives the same object.
-    let typed: K = serde_json::from_value(raw.clone()).expect("our type decodes the upstream object");
-    assert_eq!(body(&serde_json::to_value(&typed).unwrap()), body(&raw), "offline round trip of {file}");
+    let typed: K =
+        serde_json::from_value(raw.clone()).expect("our type decodes the upstream object");
+    assert_eq!(
+        body(&serde_json::to_value(&typed).unwrap()),
+        body(&raw),
+        "offline round trip of {file}"
+    );
 
     let cp = testenv::shared().await;
     let client = cp.client().unwrap();
     let ns = match crd.spec.scope.as_str() {
-        "Namespaced" => Some(testenv::namespace(&client, &format!("rt-{plural}")).await.unwrap()),
+        "Namespaced" => Some(
+            testenv::namespace(&client, &format!("rt-{plural}"))
+                .await
+                .unwrap(),
+        ),
         _ => None,
     };
     let api = make_api(client.clone(), ns.as_deref());
@@ -83,24 +95,45 @@ where
 
     // 1. Upstream-style writer (untyped JSON): create, then the status subresource.
     let upstream_name = format!("{base}-upstream");
-    let obj: DynamicObject = serde_json::from_value(with_name(without_status(&raw), &upstream_name)).unwrap();
+    let obj: DynamicObject =
+        serde_json::from_value(with_name(without_status(&raw), &upstream_name)).unwrap();
     dyn_api.create(&PostParams::default(), &obj).await.unwrap();
     if raw.get("status").is_some() {
         dyn_api
-            .patch_status(&upstream_name, &PatchParams::default(), &Patch::Merge(json!({"status": raw["status"]})))
+            .patch_status(
+                &upstream_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": raw["status"]})),
+            )
             .await
             .unwrap();
     }
     // Read through our type: nothing missing.
     let got = api.get(&upstream_name).await.unwrap();
-    assert_eq!(body(&serde_json::to_value(&got).unwrap()), body(&raw), "{file}: typed read");
+    assert_eq!(
+        body(&serde_json::to_value(&got).unwrap()),
+        body(&raw),
+        "{file}: typed read"
+    );
     // Write back through our type: the whole object to the status subresource, then to the
     // main resource, as a read-modify-write controller does. Nothing may be lost.
-    let got = api
-        .replace_status(&upstream_name, &PostParams::default(), &got)
+    let has_status_subresource = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .and_then(|v| v.subresources.as_ref())
+        .is_some_and(|s| s.status.is_some());
+    let got = if has_status_subresource {
+        api.replace_status(&upstream_name, &PostParams::default(), &got)
+            .await
+            .unwrap()
+    } else {
+        got // e.g. AddOnDeploymentConfig: no status at all
+    };
+    api.replace(&upstream_name, &PostParams::default(), &got)
         .await
         .unwrap();
-    api.replace(&upstream_name, &PostParams::default(), &got).await.unwrap();
     let after = serde_json::to_value(dyn_api.get(&upstream_name).await.unwrap()).unwrap();
     assert_eq!(body(&after), body(&raw), "{file}: after typed write-back");
 
@@ -111,14 +144,21 @@ where
     api.create(&PostParams::default(), &created).await.unwrap();
     let status = serde_json::to_value(&typed).unwrap().get("status").cloned();
     if let Some(status) = status {
-        api.patch_status(&typed_name, &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
-            .await
-            .unwrap();
+        api.patch_status(
+            &typed_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .unwrap();
     }
     let read_back = api.get(&typed_name).await.unwrap();
     let mut expected = typed.clone();
     *expected.meta_mut() = read_back.meta().clone();
-    assert_eq!(read_back, expected, "{file}: created through our type, read back equal");
+    assert_eq!(
+        read_back, expected,
+        "{file}: created through our type, read back equal"
+    );
 }
 
 #[tokio::test]
@@ -126,11 +166,18 @@ async fn every_upstream_crd_is_established_and_served() {
     let cp = testenv::shared().await;
     let crds: Api<CustomResourceDefinition> = Api::all(cp.client().unwrap());
     let expected = testenv::upstream_crds().unwrap();
-    assert!(expected.len() >= 10, "expected the OCM CRDs, found {}", expected.len());
+    assert!(
+        expected.len() >= 10,
+        "expected the OCM CRDs, found {}",
+        expected.len()
+    );
     for crd in expected {
         let name = crd.metadata.name.unwrap();
         let live = crds.get(&name).await.unwrap();
-        assert!(is_crd_established().matches_object(Some(&live)), "{name} is not Established");
+        assert!(
+            is_crd_established().matches_object(Some(&live)),
+            "{name} is not Established"
+        );
     }
 }
 
@@ -141,13 +188,18 @@ async fn managed_cluster() {
 
 #[tokio::test]
 async fn managed_cluster_set() {
-    roundtrip::<ManagedClusterSet>("managedclusterset.yaml", "managedclustersets", cluster_api).await;
+    roundtrip::<ManagedClusterSet>("managedclusterset.yaml", "managedclustersets", cluster_api)
+        .await;
 }
 
 #[tokio::test]
 async fn managed_cluster_set_binding() {
-    roundtrip::<ManagedClusterSetBinding>("managedclustersetbinding.yaml", "managedclustersetbindings", namespaced_api)
-        .await;
+    roundtrip::<ManagedClusterSetBinding>(
+        "managedclustersetbinding.yaml",
+        "managedclustersetbindings",
+        namespaced_api,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -157,28 +209,52 @@ async fn placement() {
 
 #[tokio::test]
 async fn placement_decision() {
-    roundtrip::<PlacementDecision>("placementdecision.yaml", "placementdecisions", namespaced_api).await;
+    roundtrip::<PlacementDecision>(
+        "placementdecision.yaml",
+        "placementdecisions",
+        namespaced_api,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn addon_placement_score() {
-    roundtrip::<AddOnPlacementScore>("addonplacementscore.yaml", "addonplacementscores", namespaced_api).await;
+    roundtrip::<AddOnPlacementScore>(
+        "addonplacementscore.yaml",
+        "addonplacementscores",
+        namespaced_api,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn cluster_management_addon() {
-    roundtrip::<ClusterManagementAddOn>("clustermanagementaddon.yaml", "clustermanagementaddons", cluster_api)
-        .await;
+    roundtrip::<ClusterManagementAddOn>(
+        "clustermanagementaddon.yaml",
+        "clustermanagementaddons",
+        cluster_api,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn managed_cluster_addon() {
-    roundtrip::<ManagedClusterAddOn>("managedclusteraddon.yaml", "managedclusteraddons", namespaced_api).await;
+    roundtrip::<ManagedClusterAddOn>(
+        "managedclusteraddon.yaml",
+        "managedclusteraddons",
+        namespaced_api,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn addon_deployment_config() {
-    roundtrip::<AddOnDeploymentConfig>("addondeploymentconfig.yaml", "addondeploymentconfigs", namespaced_api).await;
+    roundtrip::<AddOnDeploymentConfig>(
+        "addondeploymentconfig.yaml",
+        "addondeploymentconfigs",
+        namespaced_api,
+    )
+    .await;
 }
 
 #[tokio::test]

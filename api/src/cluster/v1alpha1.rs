@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
     no_spec,
     status = "AddOnPlacementScoreStatus",
     derive = "Default",
-    derive = "PartialEq",
+    derive = "PartialEq"
 )]
 pub struct AddOnPlacementScoreFields {}
 

@@ -197,7 +197,9 @@ pub struct SpreadConstraintsTerm {
     #[schemars(
         required,
         length(max = 316),
-        regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
+        )
     )]
     pub topology_key: String,
     /// One of [`crate::wellknown::topology_key_type`].
@@ -284,7 +286,10 @@ impl GroupStrategy {
 #[serde(rename_all = "camelCase")]
 pub struct DecisionGroup {
     /// The value of the decision-group-name label.
-    #[schemars(required, regex(pattern = r"^[a-zA-Z0-9][-A-Za-z0-9_.]{0,61}[a-zA-Z0-9]$"))]
+    #[schemars(
+        required,
+        regex(pattern = r"^[a-zA-Z0-9][-A-Za-z0-9_.]{0,61}[a-zA-Z0-9]$")
+    )]
     pub group_name: String,
     #[schemars(required)]
     pub group_cluster_selector: GroupClusterSelector,
@@ -338,7 +343,7 @@ pub struct DecisionGroupStatus {
     no_spec,
     status = "PlacementDecisionStatus",
     derive = "Default",
-    derive = "PartialEq",
+    derive = "PartialEq"
 )]
 pub struct PlacementDecisionFields {}
 
@@ -360,4 +365,86 @@ pub struct ClusterDecision {
     /// The total score (score visibility); omitted when zero, as Go's `omitzero`.
     #[serde(default, skip_serializing_if = "schema::is_zero_i64")]
     pub score: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> PlacementSpec {
+        serde_json::from_value(v).expect("decodes")
+    }
+
+    #[test]
+    fn crd_defaults_apply_without_an_apiserver() {
+        let s = spec(json!({
+            "prioritizerPolicy": {"configurations": [{"scoreCoordinate": {"builtIn": "Steady"}}]},
+            "spreadPolicy": {"spreadConstraints": [{"topologyKey": "zone", "topologyKeyType": "Label"}]}
+        }));
+        assert_eq!(s.prioritizer_policy.configurations[0].weight, 1);
+        assert_eq!(s.spread_policy.spread_constraints[0].max_skew, 1);
+        // Empty strings stand for the CRD defaults the scheduler applies (Additive, BuiltIn).
+        assert_eq!(s.prioritizer_policy.mode, "");
+        assert_eq!(
+            s.prioritizer_policy.configurations[0]
+                .score_coordinate
+                .as_ref()
+                .map(|c| c.type_.as_str()),
+            Some("")
+        );
+    }
+
+    #[test]
+    fn an_explicit_zero_weight_is_kept_and_written() {
+        let s = spec(json!({"prioritizerPolicy": {"configurations": [
+            {"scoreCoordinate": {"type": "BuiltIn", "builtIn": "Balance"}, "weight": 0}]}}));
+        assert_eq!(s.prioritizer_policy.configurations[0].weight, 0);
+        let out = serde_json::to_value(&s).expect("encodes");
+        assert_eq!(
+            out["prioritizerPolicy"]["configurations"][0]["weight"],
+            json!(0)
+        );
+    }
+
+    #[test]
+    fn unknown_enum_values_decode_so_they_can_be_reported() {
+        let s = spec(json!({
+            "prioritizerPolicy": {"mode": "Fancy"},
+            "tolerations": [{"key": "k", "operator": "Sometimes"}],
+            "sortBy": "Random"
+        }));
+        assert_eq!(s.prioritizer_policy.mode, "Fancy");
+        assert_eq!(s.tolerations[0].operator, "Sometimes");
+        assert_eq!(s.sort_by, "Random");
+    }
+
+    #[test]
+    fn a_negative_number_of_clusters_decodes() {
+        // The CRD has no minimum: the scheduler must see it to call it misconfigured.
+        assert_eq!(
+            spec(json!({"numberOfClusters": -1})).number_of_clusters,
+            Some(-1)
+        );
+    }
+
+    #[test]
+    fn a_missing_required_field_is_a_clear_error() {
+        let err = serde_json::from_value::<AddOnScore>(json!({"resourceName": "r"})).unwrap_err();
+        assert!(err.to_string().contains("scoreName"), "{err}");
+    }
+
+    #[test]
+    fn clusters_per_decision_group_keeps_int_or_percent() {
+        for v in [json!(150), json!("25%")] {
+            let s = spec(
+                json!({"decisionStrategy": {"groupStrategy": {"clustersPerDecisionGroup": v}}}),
+            );
+            let out = serde_json::to_value(&s).expect("encodes");
+            assert_eq!(
+                out["decisionStrategy"]["groupStrategy"]["clustersPerDecisionGroup"],
+                v
+            );
+        }
+    }
 }

@@ -11,13 +11,16 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use serde_json::Value;
 
 pub fn fixture_path(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
 }
 
 /// Every YAML document of a fixture file, as JSON.
 pub fn fixture_docs(rel: &str) -> Vec<Value> {
     let path = fixture_path(rel);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
 }
 
@@ -65,7 +68,11 @@ pub fn schema_paths(schema: &JSONSchemaProps, prefix: &str, out: &mut Vec<String
     }
     if let Some(props) = &schema.properties {
         for (name, sub) in props {
-            let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+            let path = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}.{name}")
+            };
             out.push(path.clone());
             schema_paths(sub, &path, out);
         }
@@ -97,7 +104,11 @@ pub fn has_path(v: &Value, path: &str) -> bool {
         for marker in suffix.split_inclusive([']', '}']) {
             cur = match marker {
                 "[]" => cur.iter().filter_map(|c| c.as_array()).flatten().collect(),
-                "{}" => cur.iter().filter_map(|c| c.as_object()).flat_map(|m| m.values()).collect(),
+                "{}" => cur
+                    .iter()
+                    .filter_map(|c| c.as_object())
+                    .flat_map(|m| m.values())
+                    .collect(),
                 _ => return false,
             };
         }
@@ -114,7 +125,12 @@ pub fn uncovered_paths(crd: &CustomResourceDefinition, object: &Value) -> Vec<St
     schema_paths(storage_schema(crd), "", &mut paths);
     paths
         .into_iter()
-        .filter(|p| !matches!(p.split('.').next(), Some("metadata" | "apiVersion" | "kind")))
+        .filter(|p| {
+            !matches!(
+                p.split('.').next(),
+                Some("metadata" | "apiVersion" | "kind")
+            )
+        })
         .filter(|p| !has_path(object, p))
         .collect()
 }

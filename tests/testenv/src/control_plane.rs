@@ -83,7 +83,9 @@ impl ControlPlane {
                     return Ok(cp);
                 }
                 // A port race shows up as an early exit mentioning the address.
-                Err(e @ Error::ProcessExited { .. }) if e.to_string().contains("address already in use") => {
+                Err(e @ Error::ProcessExited { .. })
+                    if e.to_string().contains("address already in use") =>
+                {
                     last_err = Some(e);
                 }
                 Err(e) => return Err(e),
@@ -127,8 +129,11 @@ impl ControlPlane {
 
         let admin_token = pki::random_token()?;
         let token_file = dir.join("tokens.csv");
-        std::fs::write(&token_file, format!("{admin_token},testenv-admin,testenv-admin,\"system:masters\"\n"))
-            .map_err(Error::io("write the token file"))?;
+        std::fs::write(
+            &token_file,
+            format!("{admin_token},testenv-admin,testenv-admin,\"system:masters\"\n"),
+        )
+        .map_err(Error::io("write the token file"))?;
         let (sa_key, sa_pub) = (dir.join("sa.key"), dir.join("sa.pub"));
         pki::write_service_account_keys(&sa_key, &sa_pub)?;
         let cert_dir = dir.join("certs");
@@ -177,7 +182,11 @@ impl ControlPlane {
         let mut last = String::new();
         loop {
             if let Some(status) = self.inner.etcd.exited() {
-                return Err(exited(&self.inner.etcd, status, &self.inner.dir.join("etcd.log")));
+                return Err(exited(
+                    &self.inner.etcd,
+                    status,
+                    &self.inner.dir.join("etcd.log"),
+                ));
             }
             if let Some(status) = self.inner.apiserver.exited() {
                 return Err(exited(&self.inner.apiserver, status, log));
@@ -202,8 +211,14 @@ impl ControlPlane {
 
     async fn readyz(&self) -> Result<(), String> {
         let client = self.client().map_err(|e| e.to_string())?;
-        let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
-        client.request_text(req).await.map(|_| ()).map_err(|e| e.to_string())
+        let req = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        client
+            .request_text(req)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     async fn install(&self, options: &Options) -> Result<(), Error> {
@@ -253,7 +268,8 @@ impl ControlPlane {
 
     /// Writes [`Self::kubeconfig`] for the admin to `path`, for processes under test.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), Error> {
-        std::fs::write(path, self.kubeconfig(None)).map_err(Error::io(format!("write {}", path.display())))
+        std::fs::write(path, self.kubeconfig(None))
+            .map_err(Error::io(format!("write {}", path.display())))
     }
 
     /// The client config of the admin, or of an impersonated identity (what
@@ -269,7 +285,8 @@ impl ControlPlane {
         config.auth_info.token = Some(self.inner.admin_token.clone().into());
         if let Some((user, groups)) = identity {
             config.auth_info.impersonate = Some(user.to_string());
-            config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+            config.auth_info.impersonate_groups =
+                Some(groups.iter().map(|g| g.to_string()).collect());
         }
         Ok(config)
     }
@@ -349,7 +366,10 @@ fn etcd_healthy(port: u16) -> bool {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+    if stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
         return false;
     }
     let mut body = String::new();
@@ -386,7 +406,11 @@ fn new_instance_dir() -> Result<PathBuf, Error> {
             }
         }
     }
-    let dir = root.join(format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let dir = root.join(format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(Error::io(format!("create {}", dir.display())))?;
     Ok(dir)

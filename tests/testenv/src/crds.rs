@@ -27,7 +27,8 @@ pub fn crds_from_dir(dir: &Path) -> Result<Vec<CustomResourceDefinition>, Error>
     files.sort();
     let mut out = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(Error::io(format!("read {}", file.display())))?;
+        let text = std::fs::read_to_string(&file)
+            .map_err(Error::io(format!("read {}", file.display())))?;
         let docs: Vec<CustomResourceDefinition> =
             serde_saphyr::from_multiple(&text).map_err(|e| Error::Parse {
                 file: file.display().to_string(),
@@ -45,7 +46,10 @@ pub fn upstream_crds() -> Result<Vec<CustomResourceDefinition>, Error> {
 
 /// Applies the CRDs (server-side apply, so a re-install is harmless), then waits until each is
 /// `Established` and its resources answer a list for every served version.
-pub async fn install_crds(client: &Client, crds: Vec<CustomResourceDefinition>) -> Result<(), Error> {
+pub async fn install_crds(
+    client: &Client,
+    crds: Vec<CustomResourceDefinition>,
+) -> Result<(), Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let pp = PatchParams::apply("testenv").force();
     for crd in &crds {
@@ -123,6 +127,8 @@ pub async fn namespace(client: &Client, prefix: &str) -> Result<String, Error> {
         },
         ..Default::default()
     };
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
     Ok(name)
 }

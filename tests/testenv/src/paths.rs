@@ -36,7 +36,12 @@ fn versioned(key: &str, dir_prefix: &str, file: &str, env: &str) -> PathBuf {
 
 /// `kube-apiserver` (override: `TESTENV_KUBE_APISERVER`).
 pub fn kube_apiserver() -> PathBuf {
-    versioned("KUBE_VERSION", "kube-apiserver", "kube-apiserver", "TESTENV_KUBE_APISERVER")
+    versioned(
+        "KUBE_VERSION",
+        "kube-apiserver",
+        "kube-apiserver",
+        "TESTENV_KUBE_APISERVER",
+    )
 }
 
 /// `etcd` (override: `TESTENV_ETCD`).

@@ -10,7 +10,8 @@ pub(crate) fn write_service_account_keys(private: &Path, public: &Path) -> Resul
     let key = rcgen::KeyPair::generate()?;
     std::fs::write(private, key.serialize_pem())
         .map_err(Error::io(format!("write {}", private.display())))?;
-    std::fs::write(public, key.public_key_pem()).map_err(Error::io(format!("write {}", public.display())))
+    std::fs::write(public, key.public_key_pem())
+        .map_err(Error::io(format!("write {}", public.display())))
 }
 
 /// A random token (hex) for the static token file.

@@ -147,7 +147,11 @@ pub(crate) fn register_for_exit(item: &Arc<dyn Shutdown>) {
 extern "C" fn shutdown_registered() {
     let items: Vec<Arc<dyn Shutdown>> = match registry().lock() {
         Ok(list) => list.iter().filter_map(Weak::upgrade).collect(),
-        Err(poisoned) => poisoned.into_inner().iter().filter_map(Weak::upgrade).collect(),
+        Err(poisoned) => poisoned
+            .into_inner()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect(),
     };
     for item in items {
         item.shutdown();

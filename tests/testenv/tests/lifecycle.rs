@@ -66,7 +66,10 @@ async fn two_control_planes_in_one_process_do_not_collide() {
     drop(a);
     assert!(!is_running(etcd_a) && !is_running(api_a));
     assert!(!dir_a.exists());
-    Api::<Namespace>::all(b.client().unwrap()).get("same-name").await.unwrap();
+    Api::<Namespace>::all(b.client().unwrap())
+        .get("same-name")
+        .await
+        .unwrap();
 }
 
 /// What a child test process reports: the PIDs it started and the directory it used.
@@ -90,7 +93,13 @@ fn read_report(path: &Path) -> (Vec<u32>, PathBuf) {
 /// Runs one of the `child_*` tests below in a new process of this test binary.
 fn spawn_child(test: &str, report: &Path) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", test, "--nocapture", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            test,
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, report)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -121,7 +130,9 @@ fn report_path(name: &str) -> PathBuf {
 #[test]
 fn a_panicking_test_with_the_shared_control_plane_leaves_no_process() {
     let report = report_path("shared-panic");
-    let status = spawn_child("child_panics_with_shared", &report).wait().unwrap();
+    let status = spawn_child("child_panics_with_shared", &report)
+        .wait()
+        .unwrap();
     assert!(!status.success(), "the child test was meant to fail");
     let (pids, dir) = read_report(&report);
     assert_all_gone(&pids, Some(&dir));
@@ -130,7 +141,9 @@ fn a_panicking_test_with_the_shared_control_plane_leaves_no_process() {
 #[test]
 fn a_panicking_test_with_its_own_control_plane_leaves_no_process() {
     let report = report_path("owned-panic");
-    let status = spawn_child("child_panics_with_owned", &report).wait().unwrap();
+    let status = spawn_child("child_panics_with_owned", &report)
+        .wait()
+        .unwrap();
     assert!(!status.success(), "the child test was meant to fail");
     let (pids, dir) = read_report(&report);
     assert_all_gone(&pids, Some(&dir));
@@ -142,8 +155,14 @@ fn a_killed_test_process_leaves_no_process() {
     let mut child = spawn_child("child_waits_to_be_killed", &report);
     let deadline = Instant::now() + Duration::from_secs(180);
     while !report.exists() {
-        assert!(Instant::now() < deadline, "the child never started its control plane");
-        assert!(child.try_wait().unwrap().is_none(), "the child ended on its own");
+        assert!(
+            Instant::now() < deadline,
+            "the child never started its control plane"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child ended on its own"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // The report is written in one call, but be sure it is complete before reading it.

@@ -98,7 +98,10 @@ async fn identity_without_rbac_is_refused_then_allowed_only_where_bound() {
 
     // Still refused in the other namespace, and for verbs the Role does not grant.
     let err = list_configmaps(&alice, &other_ns).await.unwrap_err();
-    assert!(is_forbidden(&err), "expected 403 in {other_ns}, got {err:?}");
+    assert!(
+        is_forbidden(&err),
+        "expected 403 in {other_ns}, got {err:?}"
+    );
     let err = Api::<ConfigMap>::namespaced(alice.clone(), &allowed_ns)
         .create(&PostParams::default(), &cm)
         .await
