@@ -113,3 +113,34 @@ async fn identity_without_rbac_is_refused_then_allowed_only_where_bound() {
     let err = list_configmaps(&bob, &allowed_ns).await.unwrap_err();
     assert!(is_forbidden(&err), "expected 403 for bob, got {err:?}");
 }
+
+/// Processes under test get a kubeconfig file: it reaches the same apiserver over verified TLS,
+/// as the admin or as the impersonated identity.
+#[tokio::test]
+async fn kubeconfig_files_carry_the_identity() {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let cp = testenv::shared().await;
+    let dir = std::env::temp_dir().join(format!("testenv-kubeconfig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let admin_path = dir.join("admin.kubeconfig");
+    cp.write_kubeconfig(&admin_path).unwrap();
+    let kc = Kubeconfig::read_from(&admin_path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    assert!(!config.accept_invalid_certs);
+    let admin = Client::try_from(config).unwrap();
+    let ns = testenv::namespace(&admin, "kubeconfig").await.unwrap();
+    list_configmaps(&admin, &ns).await.unwrap();
+
+    let carol = Kubeconfig::from_yaml(&cp.kubeconfig(Some(("carol", &["team-c"])))).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(carol, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let err = list_configmaps(&Client::try_from(config).unwrap(), &ns)
+        .await
+        .unwrap_err();
+    assert!(is_forbidden(&err), "expected 403 for carol, got {err:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
