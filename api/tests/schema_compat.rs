@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{storage_schema, upstream_crd};
+use common::{storage_schema, storage_version, upstream_crd};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
@@ -93,7 +93,7 @@ fn generated_crds_match_upstream_field_by_field() {
             ours.spec.names.short_names, upstream.spec.names.short_names,
             "{kind} short names"
         );
-        let stored = upstream.spec.versions.iter().find(|v| v.storage).unwrap();
+        let stored = storage_version(&upstream);
         assert_eq!(ours.spec.versions.len(), 1);
         assert_eq!(ours.spec.versions[0].name, stored.name, "{kind} version");
         assert_eq!(
@@ -135,7 +135,7 @@ fn generated_crds_match_upstream_field_by_field() {
 fn generated_printer_columns_match_upstream() {
     for ours in ocm_api::crds::all() {
         let upstream = upstream_crd(&ours.spec.group, &ours.spec.names.plural);
-        let stored = upstream.spec.versions.iter().find(|v| v.storage).unwrap();
+        let stored = storage_version(&upstream);
         let cols = |c: &Option<Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition>>| {
             c.iter()
                 .flatten()

@@ -9,7 +9,7 @@ mod common;
 
 use std::fmt::Debug;
 
-use common::{body, fixture, uncovered_paths, upstream_crd};
+use common::{body, fixture, storage_version, uncovered_paths, upstream_crd};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::wait::Condition;
@@ -117,12 +117,9 @@ where
     );
     // Write back through our type: the whole object to the status subresource, then to the
     // main resource, as a read-modify-write controller does. Nothing may be lost.
-    let has_status_subresource = crd
-        .spec
-        .versions
-        .iter()
-        .find(|v| v.storage)
-        .and_then(|v| v.subresources.as_ref())
+    let has_status_subresource = storage_version(&crd)
+        .subresources
+        .as_ref()
         .is_some_and(|s| s.status.is_some());
     let got = if has_status_subresource {
         api.replace_status(&upstream_name, &PostParams::default(), &got)

@@ -327,7 +327,6 @@ pub struct DecisionGroupStatus {
     pub decisions: Vec<String>,
     /// JSON key `clusterCount` (Go field `ClustersCount`).
     #[serde(rename = "clusterCount")]
-    #[schemars(extend("default" = 0))]
     pub clusters_count: i32,
 }
 

@@ -25,7 +25,6 @@ use crate::schema;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", default)]
-#[schemars(extend("default" = {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}))]
 pub struct ManagedClusterSetSpec {
     pub cluster_selector: ManagedClusterSelector,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -35,7 +34,6 @@ pub struct ManagedClusterSetSpec {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
-#[schemars(extend("default" = {"selectorType": "ExclusiveClusterSetLabel"}))]
 pub struct ManagedClusterSelector {
     /// One of [`crate::wellknown::selector_type`]; empty means the exclusive label.
     #[serde(skip_serializing_if = "String::is_empty")]

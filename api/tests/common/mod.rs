@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
+    CustomResourceDefinition, CustomResourceDefinitionVersion, JSONSchemaProps,
+    JSONSchemaPropsOrArray,
 };
 use serde_json::Value;
 
@@ -43,15 +44,18 @@ pub fn body(v: &Value) -> Value {
     v
 }
 
-/// The storage version's schema of a CRD.
-pub fn storage_schema(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
-    let version = crd
-        .spec
+/// The storage version of a CRD.
+pub fn storage_version(crd: &CustomResourceDefinition) -> &CustomResourceDefinitionVersion {
+    crd.spec
         .versions
         .iter()
         .find(|v| v.storage)
-        .expect("a CRD has a storage version");
-    version
+        .expect("a CRD has a storage version")
+}
+
+/// The storage version's schema of a CRD.
+pub fn storage_schema(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
+    storage_version(crd)
         .schema
         .as_ref()
         .and_then(|s| s.open_api_v3_schema.as_ref())
