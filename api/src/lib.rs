@@ -8,8 +8,11 @@
 
 pub mod addon;
 pub mod cluster;
+pub mod conditions;
 pub mod crds;
+pub mod quantity;
 pub mod schema;
+pub mod selector;
 pub mod wellknown;
 pub mod work;
 

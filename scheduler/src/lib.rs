@@ -1,1 +1,3 @@
-//! The placement scheduler. The scheduling core, controller, debug endpoint and `simulate` land with their issues.
+//! The OCM placement scheduler: a sans-IO scheduling core ([`core`]) and `simulate`.
+
+pub mod core;

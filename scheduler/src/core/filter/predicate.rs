@@ -1,0 +1,80 @@
+//! The Predicate filter: a cluster passes when it matches any predicate (OR); within one
+//! predicate the label, claim and CEL selectors must all match (AND). Empty selectors match all.
+
+use ocm_api::cluster::v1beta1::ClusterPredicate;
+use ocm_api::selector::Selector;
+
+use super::DropReason;
+use crate::core::cel::{CelSelector, ScoreSource};
+use crate::core::snapshot::ClusterInfo;
+use crate::core::status::Status;
+
+pub const NAME: &str = "Predicate";
+
+struct Compiled {
+    labels: Selector,
+    claims: Selector,
+    cel: Option<CelSelector>,
+}
+
+/// The compiled predicates of one Placement.
+pub struct Predicates {
+    compiled: Vec<Compiled>,
+}
+
+impl Predicates {
+    /// Compiles every selector; a bad one makes the Placement misconfigured.
+    pub fn compile(predicates: &[ClusterPredicate]) -> Result<Self, Status> {
+        let bad = |m: String| Status::misconfigured(NAME, m);
+        let mut compiled = Vec::with_capacity(predicates.len());
+        for p in predicates {
+            let s = &p.required_cluster_selector;
+            let labels =
+                Selector::from_label_selector(&s.label_selector).map_err(|e| bad(e.to_string()))?;
+            let claims = Selector::from_requirements(&s.claim_selector.match_expressions)
+                .map_err(|e| bad(e.to_string()))?;
+            let exprs = &s.cel_selector.cel_expressions;
+            let cel = if exprs.is_empty() {
+                None
+            } else {
+                Some(CelSelector::compile(exprs).map_err(bad)?)
+            };
+            compiled.push(Compiled {
+                labels,
+                claims,
+                cel,
+            });
+        }
+        Ok(Self { compiled })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.compiled.is_empty()
+    }
+
+    /// `None` when the cluster passes; otherwise why each predicate refused it.
+    pub fn check(&self, cluster: &ClusterInfo, scores: &dyn ScoreSource) -> Option<DropReason> {
+        if self.compiled.is_empty() {
+            return None;
+        }
+        let mut misses = Vec::with_capacity(self.compiled.len());
+        for (i, p) in self.compiled.iter().enumerate() {
+            let miss = if !p.labels.matches(cluster.labels()) {
+                Some("labelSelector")
+            } else if !p.claims.matches(&cluster.claims) {
+                Some("claimSelector")
+            } else if let Some(cel) = &p.cel
+                && !cel.matches(cluster.cel(), scores)
+            {
+                Some("celSelector")
+            } else {
+                None
+            };
+            match miss {
+                None => return None,
+                Some(part) => misses.push((i + 1, part)),
+            }
+        }
+        Some(DropReason::Predicates(misses))
+    }
+}

@@ -1,0 +1,607 @@
+//! The sans-IO scheduling core: a [`Snapshot`] and one Placement in, an [`Outcome`] out. No
+//! clock, no network, no Kubernetes client: the controller, `simulate` and the debug endpoint
+//! all call [`schedule`] and read the same outcome.
+//!
+//! The pipeline follows upstream's `syncPlacement` (see `shared/reference/ocm-placement.md`
+//! §3): eligible clusters (bindings by name, clusterset membership, not terminating), filters
+//! (Predicate, TaintToleration), prioritizers with weights, selection, decision groups,
+//! PlacementDecisions and the Placement status. Where we go further than upstream (spread,
+//! stable groups, ordered writes, score visibility) the module says so.
+
+pub mod cel;
+pub mod filter;
+pub mod groups;
+pub mod plan;
+pub mod prioritize;
+pub mod select;
+pub mod snapshot;
+pub mod status;
+
+use std::collections::{BTreeSet, HashMap};
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use ocm_api::cluster::v1beta1::DecisionGroupStatus;
+use ocm_api::wellknown::{annotation, placement_condition as pc, sort_by};
+use ocm_api::{ClusterDecision, Placement, PlacementDecision, PlacementStatus};
+
+pub use filter::{DropReason, FilterResult};
+pub use groups::Group;
+pub use plan::{Event, EventType, PlannedWrite, Write};
+pub use select::SpreadReport;
+pub use snapshot::{ClusterInfo, Name, SetMembers, Snapshot};
+pub use status::{Code, Status};
+
+use prioritize::Kind;
+use snapshot::decision_entries;
+
+/// One prioritizer's scores, aligned with [`Outcome::filtered`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrioritizerResult {
+    pub name: String,
+    pub weight: i32,
+    pub scores: Vec<Option<i64>>,
+}
+
+/// Everything one scheduling pass found and decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub namespace: String,
+    pub name: String,
+    /// Bindings in the namespace whose clusterset exists, sorted.
+    pub bindings: Vec<String>,
+    /// The bound sets the placement may use (intersected with `spec.clusterSets`), sorted.
+    pub cluster_sets: Vec<String>,
+    /// Members of those sets, by name, without terminating clusters.
+    pub available: Vec<Name>,
+    /// Members dropped because they are being deleted.
+    pub terminating: Vec<Name>,
+    /// Each filter in order, with what it dropped and why.
+    pub filters: Vec<FilterResult>,
+    /// The clusters that passed every filter, by name.
+    pub filtered: Vec<Name>,
+    pub prioritizers: Vec<PrioritizerResult>,
+    /// `Σ weight × score` per cluster, aligned with `filtered`.
+    pub totals: Vec<i64>,
+    /// The chosen clusters, in selection order (best first).
+    pub selected: Vec<Name>,
+    pub spread: Option<SpreadReport>,
+    /// `numberOfClusters − selected` (0 without numberOfClusters).
+    pub unscheduled: i32,
+    pub status: Status,
+    /// Things the user should know that are not a status (clamped score values, ...).
+    pub notes: Vec<String>,
+    pub groups: Vec<Group>,
+    /// The PlacementDecisions that should exist once the writes are done.
+    pub decisions: Vec<PlacementDecision>,
+    /// The writes that get there, in order, each with its events.
+    pub writes: Vec<PlannedWrite>,
+    /// The Placement status to write (when it differs from the current one).
+    pub placement_status: PlacementStatus,
+    /// When this placement must be scheduled again even if nothing changes.
+    pub requeue_at: Option<Timestamp>,
+}
+
+impl Outcome {
+    /// The events of all planned writes, in order.
+    pub fn events(&self) -> impl Iterator<Item = &Event> {
+        self.writes.iter().flat_map(|w| w.events.iter())
+    }
+
+    /// Total of a filtered cluster.
+    pub fn total(&self, cluster: &str) -> Option<i64> {
+        let i = self
+            .filtered
+            .binary_search_by(|n| (**n).cmp(cluster))
+            .ok()?;
+        self.totals.get(i).copied()
+    }
+}
+
+/// `true` when the Placement asks to be left alone (`experimental-scheduling-disable`).
+pub fn is_disabled(placement: &Placement) -> bool {
+    placement
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotation::PLACEMENT_DISABLE))
+        .is_some_and(|v| v == "true")
+}
+
+/// What the filter/prioritize/select part produced.
+#[derive(Default)]
+struct Scheduled<'a> {
+    filters: Vec<FilterResult>,
+    filtered: Vec<&'a ClusterInfo>,
+    prioritizers: Vec<PrioritizerResult>,
+    totals: Vec<i64>,
+    selected: Vec<usize>,
+    spread: Option<SpreadReport>,
+    notes: Vec<String>,
+    requeue_at: Option<Timestamp>,
+}
+
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Filters, prioritizers and selection. `Err` stops scheduling (nothing is selected);
+/// the partial results gathered so far stay in `out`.
+fn run<'a>(
+    snapshot: &'a Snapshot,
+    placement: &Placement,
+    candidates: Vec<&'a ClusterInfo>,
+    own: &HashMap<&str, u32>,
+    now: Timestamp,
+    out: &mut Scheduled<'a>,
+) -> Result<Status, Status> {
+    let spec = &placement.spec;
+    let wanted = match spec.number_of_clusters {
+        None => None,
+        Some(n) => Some(usize::try_from(n).map_err(|_| {
+            Status::misconfigured("", format!("numberOfClusters must not be negative: {n}"))
+        })?),
+    };
+    let predicates = filter::predicate::Predicates::compile(&spec.predicates)?;
+    filter::taint::validate(&spec.tolerations)?;
+    let weighted = prioritize::from_policy(&spec.prioritizer_policy)?;
+    let constraints = select::constraints(&spec.spread_policy.spread_constraints)?;
+    let affinity = prioritize::affinity::parse(
+        placement
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(prioritize::affinity::ANNOTATION))
+            .map(String::as_str),
+    )?;
+
+    // Filters.
+    let (kept, result) = filter::apply(filter::predicate::NAME, candidates, |c| {
+        predicates.check(c, snapshot)
+    });
+    out.filters.push(result);
+    let tolerations = &spec.tolerations;
+    let (kept, result) = filter::apply(filter::taint::NAME, kept, |c| {
+        filter::taint::check(c.taints(), tolerations, own.contains_key(&*c.name), now)
+    });
+    out.filters.push(result);
+    let kept = if constraints.iter().any(|c| c.hard) {
+        let (kept, result) = filter::apply(select::PLUGIN, kept, |c| {
+            select::missing_key(&constraints, c)
+        });
+        out.filters.push(result);
+        kept
+    } else {
+        kept
+    };
+    out.filtered = kept;
+    let filtered = &out.filtered;
+
+    // The toleration timers of the clusters decided now.
+    out.requeue_at = filter::taint::requeue_at(
+        own.keys()
+            .filter_map(|c| snapshot.cluster(c))
+            .map(ClusterInfo::taints),
+        tolerations,
+        now,
+    );
+
+    // Prioritizers.
+    let mut warning = Status::success();
+    let in_decision: Vec<bool> = filtered
+        .iter()
+        .map(|c| own.contains_key(&*c.name))
+        .collect();
+    let mut totals = vec![0i64; filtered.len()];
+    let mut results = Vec::with_capacity(weighted.len() + affinity.len());
+    let affinity_weighted = affinity
+        .iter()
+        .enumerate()
+        .map(|(i, t)| prioritize::Weighted {
+            name: t.name(),
+            kind: Kind::Affinity(i),
+            weight: t.weight,
+        });
+    for w in weighted.into_iter().chain(affinity_weighted) {
+        if w.weight == 0 {
+            continue;
+        }
+        let scores = match &w.kind {
+            Kind::Balance => prioritize::balance::score(snapshot, own, filtered),
+            Kind::Steady => prioritize::steady::score(&in_decision),
+            Kind::ResourceCpu => prioritize::resource::score(filtered.iter().map(|c| c.cpu)),
+            Kind::ResourceMemory => prioritize::resource::score(filtered.iter().map(|c| c.memory)),
+            Kind::Affinity(i) => prioritize::affinity::score(&affinity[*i], filtered),
+            Kind::AddOn(coord) => {
+                let r = prioritize::addon::score(coord, filtered, now);
+                if !r.expired.is_empty() {
+                    warning = Status::new(
+                        Code::Warning,
+                        w.name.clone(),
+                        format!("AddOnPlacementScores {} expired", r.expired.join(" ")),
+                    );
+                }
+                if !r.clamped.is_empty() {
+                    out.notes.push(format!(
+                        "{}: values outside [-100, 100] clamped for {}",
+                        w.name,
+                        r.clamped.join(", ")
+                    ));
+                }
+                out.requeue_at = earliest(out.requeue_at, r.next_expiry);
+                r.scores
+            }
+        };
+        for (t, s) in totals.iter_mut().zip(&scores) {
+            if let Some(s) = s {
+                *t += i64::from(w.weight) * s;
+            }
+        }
+        results.push(PrioritizerResult {
+            name: w.name,
+            weight: w.weight,
+            scores,
+        });
+    }
+    out.prioritizers = results;
+
+    // Selection.
+    let n = wanted.unwrap_or(filtered.len()).min(filtered.len());
+    if constraints.is_empty() {
+        out.selected = select::top_n(&totals, n);
+    } else {
+        let (picked, report) = select::spread(&constraints, filtered, &totals, n);
+        out.selected = picked;
+        out.spread = Some(report);
+    }
+    out.totals = totals;
+    Ok(warning)
+}
+
+/// Schedules one Placement against a snapshot at time `now`.
+pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> Outcome {
+    let namespace = placement
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = placement.metadata.name.clone().unwrap_or_default();
+    let spec = &placement.spec;
+    let existing = snapshot.decisions_of(&namespace, &name);
+    let mut own: HashMap<&str, u32> = HashMap::new();
+    for d in &existing {
+        for e in decision_entries(d) {
+            *own.entry(e.cluster_name.as_str()).or_insert(0) += 1;
+        }
+    }
+
+    // Eligible clusters.
+    let bindings: Vec<String> = snapshot
+        .bindings(&namespace)
+        .filter(|b| snapshot.set(b).is_some())
+        .map(str::to_owned)
+        .collect();
+    let cluster_sets: Vec<String> = if spec.cluster_sets.is_empty() {
+        bindings.clone()
+    } else {
+        bindings
+            .iter()
+            .filter(|b| spec.cluster_sets.contains(b))
+            .cloned()
+            .collect()
+    };
+    let mut status = Status::success();
+    let mut members: BTreeSet<Name> = BTreeSet::new();
+    for set in &cluster_sets {
+        match snapshot.members(set) {
+            SetMembers::Members(m) => members.extend(m.iter().cloned()),
+            SetMembers::Invalid(e) => {
+                status = Status::new(
+                    Code::Error,
+                    "",
+                    format!("failed to get clusters from ClusterSet {set}: {e}"),
+                );
+                break;
+            }
+        }
+    }
+    let mut terminating = Vec::new();
+    let mut candidates = Vec::with_capacity(members.len());
+    for m in &members {
+        if let Some(c) = snapshot.cluster(m) {
+            if c.terminating {
+                terminating.push(m.clone());
+            } else {
+                candidates.push(c);
+            }
+        }
+    }
+    let available: Vec<Name> = candidates.iter().map(|c| c.name.clone()).collect();
+
+    let mut s = Scheduled::default();
+    if !status.is_error() {
+        match run(snapshot, placement, candidates, &own, now, &mut s) {
+            Ok(st) => status = st,
+            Err(st) => {
+                status = st;
+                s.selected.clear();
+            }
+        }
+    }
+    let selected: Vec<&ClusterInfo> = s.selected.iter().map(|&i| s.filtered[i]).collect();
+    let unscheduled = match spec.number_of_clusters {
+        Some(n) if n >= 0 && !status.is_error() => {
+            n.saturating_sub(i32::try_from(selected.len()).unwrap_or(i32::MAX))
+        }
+        _ => 0,
+    };
+    let filtered: Vec<Name> = s.filtered.iter().map(|c| c.name.clone()).collect();
+    let total_of: HashMap<&str, i64> = filtered
+        .iter()
+        .map(|n| &**n)
+        .zip(s.totals.iter().copied())
+        .collect();
+
+    // Groups and objects. An Error (inputs we could not read) keeps the current decisions.
+    let keep_current = status.code == Code::Error;
+    let groups = if keep_current {
+        Ok(Vec::new())
+    } else {
+        groups::build(
+            &name,
+            &spec.decision_strategy.group_strategy,
+            &selected,
+            &existing,
+        )
+    };
+    let groups = match groups {
+        Ok(g) => g,
+        Err(st) => {
+            // Upstream: a bad group strategy yields no groups, so every decision is deleted.
+            status = st;
+            Vec::new()
+        }
+    };
+    let by_score = spec.sort_by == sort_by::SCORE;
+    let mut decisions: Vec<PlacementDecision> = groups
+        .iter()
+        .flat_map(|g| {
+            let labels = plan::labels(&name, g);
+            let total_of = &total_of;
+            let namespace = &namespace;
+            g.slices.iter().map(move |sl| {
+                let mut entries: Vec<ClusterDecision> = sl
+                    .clusters
+                    .iter()
+                    .map(|c| ClusterDecision {
+                        cluster_name: c.to_string(),
+                        reason: String::new(),
+                        score: total_of.get(&**c).copied().unwrap_or(0),
+                    })
+                    .collect();
+                if by_score {
+                    entries.sort_by(|a, b| {
+                        b.score
+                            .cmp(&a.score)
+                            .then_with(|| a.cluster_name.cmp(&b.cluster_name))
+                    });
+                }
+                plan::desired_object(placement, namespace, &sl.name, labels.clone(), entries)
+            })
+        })
+        .collect();
+
+    // Score visibility: score-only changes wait out `scoreRateLimit` after the last score write.
+    let mut requeue_at = s.requeue_at;
+    let previous_status = placement.status.clone().unwrap_or_default();
+    let mut last_score_update = previous_status.last_score_update_time.clone();
+    if keep_current {
+        decisions = existing.iter().map(|d| (*d).clone()).collect();
+    } else {
+        let old_by_name: HashMap<&str, &PlacementDecision> = existing
+            .iter()
+            .filter_map(|d| Some((d.metadata.name.as_deref()?, *d)))
+            .collect();
+        let scores_of = |d: &PlacementDecision| -> Vec<(String, i64)> {
+            let mut v: Vec<(String, i64)> = decision_entries(d)
+                .map(|e| (e.cluster_name.clone(), e.score))
+                .collect();
+            v.sort();
+            v
+        };
+        let limit = rate_limit(&spec.score_rate_limit);
+        let window_end = last_score_update
+            .as_ref()
+            .and_then(|t| t.0.checked_add(limit).ok())
+            .filter(|end| now < *end);
+        let mut flushed = false;
+        let mut held = false;
+        for d in &mut decisions {
+            let old = d.metadata.name.as_deref().and_then(|n| old_by_name.get(n));
+            let Some(old) = old else {
+                flushed |= decision_entries(d).next().is_some();
+                continue;
+            };
+            if old.status == d.status {
+                continue;
+            }
+            let (new_scores, old_scores) = (scores_of(d), scores_of(old));
+            let same_members = new_scores
+                .iter()
+                .map(|(c, _)| c)
+                .eq(old_scores.iter().map(|(c, _)| c));
+            if same_members && window_end.is_some() && new_scores != old_scores {
+                // Only scores (or their order) changed inside the window: keep the object
+                // as it is until the window ends.
+                d.status = old.status.clone();
+                held = true;
+            } else if new_scores != old_scores {
+                flushed = true;
+            }
+        }
+        if held {
+            requeue_at = earliest(requeue_at, window_end);
+        } else if flushed {
+            last_score_update = Some(Time(now));
+        }
+    }
+
+    let warning =
+        (status.code == Code::Warning).then_some((status.message.as_str(), status.plugin.as_str()));
+    let ctx = plan::EventContext {
+        placement: &name,
+        namespace: &namespace,
+        warning,
+        score_note: plan::score_note(filtered.iter().map(|n| &**n).zip(s.totals.iter().copied())),
+    };
+    let writes = if keep_current {
+        Vec::new()
+    } else {
+        plan::writes(placement, &namespace, &existing, &decisions, &ctx)
+    };
+
+    // Placement status.
+    let mut conditions = previous_status.conditions.clone();
+    let stopped = s.spread.as_ref().and_then(|r| r.stopped.clone());
+    let (sat, reason, message) = if bindings.is_empty() {
+        (
+            "False",
+            pc::reason::NO_MANAGED_CLUSTER_SET_BINDINGS,
+            pc::message::NO_MANAGED_CLUSTER_SET_BINDINGS.to_owned(),
+        )
+    } else if cluster_sets.is_empty() {
+        (
+            "False",
+            pc::reason::NO_INTERSECTION,
+            format!(
+                "None of ManagedClusterSets [{}] is bound to placement namespace",
+                spec.cluster_sets.join(",")
+            ),
+        )
+    } else if members.is_empty() && status.code != Code::Error {
+        (
+            "False",
+            pc::reason::ALL_MANAGED_CLUSTER_SETS_EMPTY,
+            format!(
+                "All ManagedClusterSets [{}] have no member ManagedCluster",
+                cluster_sets.join(",")
+            ),
+        )
+    } else if status.code == Code::Error {
+        (
+            "False",
+            pc::reason::NOT_ALL_DECISIONS_SCHEDULED,
+            status.message.clone(),
+        )
+    } else if selected.is_empty() {
+        (
+            "False",
+            pc::reason::NO_MANAGED_CLUSTER_MATCHED,
+            pc::message::NO_MANAGED_CLUSTER_MATCHED.to_owned(),
+        )
+    } else if unscheduled == 0 {
+        (
+            "True",
+            pc::reason::ALL_DECISIONS_SCHEDULED,
+            pc::message::ALL_DECISIONS_SCHEDULED.to_owned(),
+        )
+    } else {
+        let mut m = format!("{unscheduled} cluster decisions unscheduled");
+        if let Some(why) = &stopped {
+            m.push_str(": ");
+            m.push_str(why);
+        }
+        ("False", pc::reason::NOT_ALL_DECISIONS_SCHEDULED, m)
+    };
+    ocm_api::conditions::set(&mut conditions, pc::SATISFIED, sat, reason, &message, now);
+    if status.code == Code::Misconfigured {
+        ocm_api::conditions::set(
+            &mut conditions,
+            pc::MISCONFIGURED,
+            "True",
+            pc::reason::MISCONFIGURED,
+            &status.to_string(),
+            now,
+        );
+    } else {
+        ocm_api::conditions::set(
+            &mut conditions,
+            pc::MISCONFIGURED,
+            "False",
+            pc::reason::SUCCEED_CONFIGURED,
+            pc::message::CONFIGURATION_CHECK_PASS,
+            now,
+        );
+    }
+    let decision_groups = if keep_current {
+        previous_status.decision_groups.clone()
+    } else {
+        groups
+            .iter()
+            .map(|g| DecisionGroupStatus {
+                decision_group_index: i32::try_from(g.index).unwrap_or(i32::MAX),
+                decision_group_name: g.name.clone(),
+                decisions: g.slices.iter().map(|s| s.name.clone()).collect(),
+                clusters_count: i32::try_from(g.cluster_count()).unwrap_or(i32::MAX),
+            })
+            .collect()
+    };
+    let number_of_selected_clusters = if keep_current {
+        previous_status.number_of_selected_clusters
+    } else {
+        i32::try_from(selected.len()).unwrap_or(i32::MAX)
+    };
+    let placement_status = PlacementStatus {
+        number_of_selected_clusters,
+        decision_groups,
+        conditions,
+        last_score_update_time: last_score_update,
+    };
+
+    Outcome {
+        namespace,
+        name,
+        bindings,
+        cluster_sets,
+        available,
+        terminating,
+        filters: s.filters,
+        filtered,
+        prioritizers: s.prioritizers,
+        totals: s.totals,
+        selected: selected.iter().map(|c| c.name.clone()).collect(),
+        spread: s.spread,
+        unscheduled,
+        status,
+        notes: s.notes,
+        groups,
+        decisions,
+        writes,
+        placement_status,
+        requeue_at,
+    }
+}
+
+/// `scoreRateLimit` (`^[0-9]+[hms]$`, default `1m`) as a duration; anything unreadable is
+/// the default.
+pub fn rate_limit(text: &str) -> SignedDuration {
+    let default = SignedDuration::from_secs(60);
+    let Some(unit) = text.chars().last() else {
+        return default;
+    };
+    let Ok(n) = text[..text.len() - unit.len_utf8()].parse::<i64>() else {
+        return default;
+    };
+    match unit {
+        's' => SignedDuration::from_secs(n),
+        'm' => SignedDuration::from_mins(n),
+        'h' => SignedDuration::from_hours(n),
+        _ => default,
+    }
+}
+
+#[cfg(test)]
+mod tests;

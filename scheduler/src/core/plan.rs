@@ -1,0 +1,464 @@
+//! From groups to writes: the PlacementDecision objects that should exist, the ordered writes
+//! that get there without a kept cluster ever vanishing, and the events for each write.
+//!
+//! Upstream writes the objects one after another, so a cluster moving between objects can be
+//! in none of them for a moment (ocm issue #1346). Here a write that would drop a kept cluster
+//! from an object waits until the cluster is in its new object. When objects wait on each
+//! other in a cycle, one of them first grows to hold both its old and new clusters (if that
+//! fits in 100), or, failing that, the clusters in transit are parked in a temporary object
+//! that is deleted at the end.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use ocm_api::cluster::v1beta1::PlacementDecisionStatus;
+use ocm_api::wellknown::{label, limits::MAX_DECISIONS_PER_OBJECT, placement_event as ev};
+use ocm_api::{ClusterDecision, Placement, PlacementDecision};
+
+use super::groups::{Group, decision_name, decision_number};
+use super::snapshot::decision_entries;
+
+/// One write to the hub, in the order planned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Create the object (labels, owner), then write its status (a subresource: the apiserver
+    /// drops status sent with a create).
+    Create(Box<PlacementDecision>),
+    Status {
+        name: String,
+        status: PlacementDecisionStatus,
+    },
+    Labels {
+        name: String,
+        labels: BTreeMap<String, String>,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+impl Write {
+    pub fn decision_name(&self) -> &str {
+        match self {
+            Write::Create(d) => d.metadata.name.as_deref().unwrap_or_default(),
+            Write::Status { name, .. } | Write::Labels { name, .. } | Write::Delete { name } => {
+                name
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// An event about the Placement, related to one PlacementDecision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+    pub decision: String,
+}
+
+/// A write and the events to emit once it succeeded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedWrite {
+    pub write: Write,
+    pub events: Vec<Event>,
+}
+
+/// What the events say about a status write.
+pub struct EventContext<'a> {
+    pub placement: &'a str,
+    pub namespace: &'a str,
+    /// `Some((message, plugin))` when the schedule ended with a Warning.
+    pub warning: Option<(&'a str, &'a str)>,
+    /// The ScoreUpdate note, `None` without scores.
+    pub score_note: Option<String>,
+}
+
+/// The ScoreUpdate note: `<cluster>:<total> ` for every cluster in name order, cut before
+/// 1000 characters with `......` (upstream placement#40).
+pub fn score_note<'a>(totals: impl Iterator<Item = (&'a str, i64)>) -> Option<String> {
+    const MAX: usize = 1000;
+    let mut note = String::new();
+    let mut any = false;
+    for (name, total) in totals {
+        any = true;
+        let piece = format!("{name}:{total} ");
+        if note.len() + piece.len() > MAX {
+            note.push_str("......");
+            break;
+        }
+        note.push_str(&piece);
+    }
+    any.then_some(note)
+}
+
+/// The labels of a decision object of `group`.
+pub fn labels(placement: &str, group: &Group) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (label::PLACEMENT.to_owned(), placement.to_owned()),
+        (
+            label::DECISION_GROUP_INDEX.to_owned(),
+            group.index.to_string(),
+        ),
+        (label::DECISION_GROUP_NAME.to_owned(), group.name.clone()),
+    ])
+}
+
+/// The controller owner reference to the Placement (only when it has a uid, i.e. was read
+/// from a hub).
+pub fn owner(placement: &Placement) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: format!("{}/v1beta1", ocm_api::wellknown::group::CLUSTER),
+        kind: "Placement".to_owned(),
+        name: placement.metadata.name.clone()?,
+        uid: placement.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+pub fn desired_object(
+    placement: &Placement,
+    namespace: &str,
+    name: &str,
+    labels: BTreeMap<String, String>,
+    decisions: Vec<ClusterDecision>,
+) -> PlacementDecision {
+    PlacementDecision {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(labels),
+            owner_references: owner(placement).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Default::default(),
+        status: Some(PlacementDecisionStatus { decisions }),
+    }
+}
+
+fn status_events(ctx: &EventContext<'_>, decision: &str) -> Vec<Event> {
+    let base = format!(
+        "Decision {decision} is updated with placement {} in namespace {}",
+        ctx.placement, ctx.namespace
+    );
+    let mut out = vec![match ctx.warning {
+        Some((message, plugin)) => Event {
+            type_: EventType::Warning,
+            reason: ev::DECISION_UPDATE,
+            action: ev::DECISION_UPDATED,
+            note: format!("{base}: {message} in plugin {plugin}"),
+            decision: decision.to_owned(),
+        },
+        None => Event {
+            type_: EventType::Normal,
+            reason: ev::DECISION_UPDATE,
+            action: ev::DECISION_UPDATED,
+            note: base,
+            decision: decision.to_owned(),
+        },
+    }];
+    if let Some(note) = &ctx.score_note {
+        out.push(Event {
+            type_: EventType::Normal,
+            reason: ev::SCORE_UPDATE,
+            action: ev::SCORE_UPDATED,
+            note: note.clone(),
+            decision: decision.to_owned(),
+        });
+    }
+    out
+}
+
+/// Plans the writes from the `existing` objects (this placement's, by name) to `desired`.
+pub fn writes(
+    placement: &Placement,
+    namespace: &str,
+    existing: &[&PlacementDecision],
+    desired: &[PlacementDecision],
+    ctx: &EventContext<'_>,
+) -> Vec<PlannedWrite> {
+    let name_of = |d: &PlacementDecision| d.metadata.name.clone().unwrap_or_default();
+    let old: BTreeMap<String, &PlacementDecision> =
+        existing.iter().map(|d| (name_of(d), *d)).collect();
+    let members = |d: &PlacementDecision| -> BTreeSet<String> {
+        decision_entries(d)
+            .map(|e| e.cluster_name.clone())
+            .collect()
+    };
+    let old_all: BTreeSet<String> = old.values().flat_map(|d| members(d)).collect();
+    let new_all: BTreeSet<String> = desired.iter().flat_map(members).collect();
+    // Clusters selected before and after: each must stay in some object throughout.
+    let kept: BTreeSet<&String> = old_all.intersection(&new_all).collect();
+
+    // The hub as the writes leave it: object -> clusters.
+    let mut state: BTreeMap<String, BTreeSet<String>> =
+        old.iter().map(|(n, d)| (n.clone(), members(d))).collect();
+    let present_elsewhere = |state: &BTreeMap<String, BTreeSet<String>>, c: &str, not: &str| {
+        state.iter().any(|(n, cs)| n != not && cs.contains(c))
+    };
+
+    let mut out = Vec::new();
+    let status_write =
+        |out: &mut Vec<PlannedWrite>, name: &str, decisions: Vec<ClusterDecision>| {
+            out.push(PlannedWrite {
+                write: Write::Status {
+                    name: name.to_owned(),
+                    status: PlacementDecisionStatus { decisions },
+                },
+                events: status_events(ctx, name),
+            });
+        };
+    let create = |out: &mut Vec<PlannedWrite>, d: PlacementDecision| {
+        let name = name_of(&d);
+        let mut events = vec![Event {
+            type_: EventType::Normal,
+            reason: ev::DECISION_CREATE,
+            action: ev::DECISION_CREATED,
+            note: format!(
+                "Decision {name} is created with placement {} in namespace {}",
+                ctx.placement, ctx.namespace
+            ),
+            decision: name.clone(),
+        }];
+        events.extend(status_events(ctx, &name));
+        out.push(PlannedWrite {
+            write: Write::Create(Box::new(d)),
+            events,
+        });
+    };
+
+    // Objects whose final write is still due.
+    let mut pending: Vec<&PlacementDecision> = desired
+        .iter()
+        .filter(|d| match old.get(&name_of(d)) {
+            None => true,
+            Some(o) => o.status != d.status || o.metadata.labels != d.metadata.labels,
+        })
+        .collect();
+    let mut grown: BTreeSet<String> = BTreeSet::new();
+    let mut spills: Vec<String> = Vec::new();
+    let mut spill_k = desired
+        .iter()
+        .chain(old.values().copied())
+        .filter_map(|d| decision_number(ctx.placement, d.metadata.name.as_deref()?))
+        .max()
+        .unwrap_or(0);
+
+    while !pending.is_empty() {
+        // Final writes whose dropped kept clusters are already somewhere else.
+        let ready = pending.iter().position(|d| {
+            let name = name_of(d);
+            let target = members(d);
+            state.get(&name).is_none_or(|cur| {
+                cur.iter()
+                    .filter(|c| !target.contains(*c) && kept.contains(c))
+                    .all(|c| present_elsewhere(&state, c, &name))
+            })
+        });
+        if let Some(i) = ready {
+            let d = pending.remove(i);
+            let name = name_of(d);
+            let decisions = d.status.clone().unwrap_or_default().decisions;
+            match old.get(&name) {
+                None if !grown.contains(&name) => create(&mut out, d.clone()),
+                prev => {
+                    let prev_status = prev.and_then(|o| o.status.as_ref());
+                    if grown.contains(&name) || prev_status != d.status.as_ref() {
+                        status_write(&mut out, &name, decisions);
+                    }
+                    // A grown object that did not exist was created with its final labels.
+                    if let Some(o) = prev
+                        && o.metadata.labels != d.metadata.labels
+                    {
+                        out.push(PlannedWrite {
+                            write: Write::Labels {
+                                name: name.clone(),
+                                labels: d.metadata.labels.clone().unwrap_or_default(),
+                            },
+                            events: Vec::new(),
+                        });
+                    }
+                }
+            }
+            state.insert(name, members(d));
+            continue;
+        }
+        // A cycle: grow one object to old ∪ new if it fits, else park the clusters in transit.
+        let growable = pending.iter().position(|d| {
+            let name = name_of(d);
+            !grown.contains(&name)
+                && state.get(&name).map_or(0, |c| c.len()) + members(d).len()
+                    <= MAX_DECISIONS_PER_OBJECT
+        });
+        if let Some(i) = growable {
+            let d = pending[i];
+            let name = name_of(d);
+            let mut union: BTreeSet<String> = state.get(&name).cloned().unwrap_or_default();
+            union.extend(members(d));
+            let decisions: Vec<ClusterDecision> = union
+                .iter()
+                .map(|c| ClusterDecision {
+                    cluster_name: c.clone(),
+                    reason: String::new(),
+                    score: 0,
+                })
+                .collect();
+            if old.contains_key(&name) {
+                status_write(&mut out, &name, decisions);
+            } else {
+                let mut obj = d.clone();
+                obj.status = Some(PlacementDecisionStatus { decisions });
+                create(&mut out, obj);
+            }
+            grown.insert(name.clone());
+            state.insert(name, union);
+            continue;
+        }
+        // Park the kept clusters the first pending object would drop.
+        let d = pending[0];
+        let name = name_of(d);
+        let target = members(d);
+        let transit: Vec<String> = state
+            .get(&name)
+            .map(|cur| {
+                cur.iter()
+                    .filter(|c| {
+                        !target.contains(*c)
+                            && kept.contains(c)
+                            && !present_elsewhere(&state, c, &name)
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for chunk in transit.chunks(MAX_DECISIONS_PER_OBJECT) {
+            spill_k += 1;
+            let spill = decision_name(ctx.placement, spill_k);
+            let decisions = chunk
+                .iter()
+                .map(|c| ClusterDecision {
+                    cluster_name: c.clone(),
+                    reason: String::new(),
+                    score: 0,
+                })
+                .collect();
+            let labels = d.metadata.labels.clone().unwrap_or_default();
+            create(
+                &mut out,
+                desired_object(placement, namespace, &spill, labels, decisions),
+            );
+            state.insert(spill.clone(), chunk.iter().cloned().collect());
+            spills.push(spill);
+        }
+        if transit.is_empty() {
+            break; // cannot happen: the object would have been ready
+        }
+    }
+
+    // Leftovers (and parked clusters) go last, once every kept cluster is in its new object.
+    let wanted: BTreeSet<String> = desired.iter().map(name_of).collect();
+    for name in old
+        .keys()
+        .filter(|n| !wanted.contains(*n))
+        .cloned()
+        .chain(spills)
+    {
+        out.push(PlannedWrite {
+            events: vec![Event {
+                type_: EventType::Normal,
+                reason: ev::DECISION_DELETE,
+                action: ev::DECISION_DELETED,
+                note: format!(
+                    "Decision {name} is deleted with placement {} in namespace {}",
+                    ctx.placement, ctx.namespace
+                ),
+                decision: name.clone(),
+            }],
+            write: Write::Delete { name },
+        });
+    }
+    out
+}
+
+/// Replays `writes` over `existing` and checks that every cluster in both `existing` and the
+/// final state is in some object after every write. Used by tests and by debug assertions.
+pub fn never_drops_kept(
+    existing: &[&PlacementDecision],
+    writes: &[PlannedWrite],
+) -> Result<(), String> {
+    let mut state: HashMap<String, BTreeSet<String>> = existing
+        .iter()
+        .map(|d| {
+            (
+                d.metadata.name.clone().unwrap_or_default(),
+                decision_entries(d)
+                    .map(|e| e.cluster_name.clone())
+                    .collect(),
+            )
+        })
+        .collect();
+    let before: BTreeSet<String> = state.values().flatten().cloned().collect();
+    let mut states = Vec::new();
+    for w in writes {
+        match &w.write {
+            Write::Create(d) => {
+                let cs = decision_entries(d)
+                    .map(|e| e.cluster_name.clone())
+                    .collect();
+                state.insert(w.write.decision_name().to_owned(), cs);
+            }
+            Write::Status { name, status } => {
+                state.insert(
+                    name.clone(),
+                    status
+                        .decisions
+                        .iter()
+                        .map(|e| e.cluster_name.clone())
+                        .collect(),
+                );
+            }
+            Write::Labels { .. } => {}
+            Write::Delete { name } => {
+                state.remove(name);
+            }
+        }
+        for (n, cs) in &state {
+            if cs.len() > MAX_DECISIONS_PER_OBJECT {
+                return Err(format!("{n} holds {} clusters", cs.len()));
+            }
+        }
+        states.push(
+            state
+                .values()
+                .flatten()
+                .cloned()
+                .collect::<BTreeSet<String>>(),
+        );
+    }
+    let after = states.last().cloned().unwrap_or_else(|| before.clone());
+    for (i, s) in states.iter().enumerate() {
+        for c in before.intersection(&after) {
+            if !s.contains(c) {
+                return Err(format!("kept cluster {c} missing after write {i}"));
+            }
+        }
+    }
+    Ok(())
+}

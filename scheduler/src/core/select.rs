@@ -1,0 +1,314 @@
+//! Selection: the top N by total, or — with spread constraints — one cluster at a time by
+//! spread benefit plus total (seed 002's Selector phase; upstream never implemented it).
+//!
+//! Spread, per constraint (a topology key from a label or a claim):
+//! - The domains are the key's values among the candidates. A domain's count is how many
+//!   clusters already chosen are in it.
+//! - `DoNotSchedule` refuses a cluster whose domain would exceed `maxSkew`, with Kubernetes'
+//!   PodTopologySpread formula `count(domain) + 1 − min(counts) > maxSkew`. A cluster without
+//!   the key cannot be placed under such a constraint and is dropped beforehand, as
+//!   PodTopologySpread's filter drops nodes without the key.
+//! - `ScheduleAnyway` never refuses. A cluster without the key is kept but gets the lowest
+//!   spread score for that constraint (PodTopologySpread scores such nodes lowest too).
+//! - Each round, a domain's benefit is 100 for the emptiest domain down to −100 for the
+//!   fullest; constraints combine with earlier ones first (lexicographically), and the
+//!   result is normalised to [−100, 100] over the clusters still in the running. The cluster
+//!   with the highest `SPREAD_WEIGHT × benefit + total` wins (then the lower name), so spread
+//!   acts like a prioritizer of weight 10 that is re-evaluated after every pick.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ocm_api::cluster::v1beta1::SpreadConstraintsTerm;
+use ocm_api::wellknown::{topology_key_type, when_unsatisfiable};
+
+use super::filter::DropReason;
+use super::prioritize::normalise;
+use super::snapshot::{ClusterInfo, Name};
+use super::status::Status;
+
+pub const PLUGIN: &str = "SpreadConstraints";
+/// The weight of the spread benefit against the prioritizer totals (the maximum weight).
+pub const SPREAD_WEIGHT: i64 = 10;
+
+/// A validated spread constraint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Constraint {
+    pub topology_key: String,
+    pub claim: bool,
+    pub max_skew: u32,
+    pub hard: bool,
+}
+
+impl Constraint {
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {} (maxSkew {}, {})",
+            if self.claim { "claim" } else { "label" },
+            self.topology_key,
+            self.max_skew,
+            if self.hard {
+                when_unsatisfiable::DO_NOT_SCHEDULE
+            } else {
+                when_unsatisfiable::SCHEDULE_ANYWAY
+            }
+        )
+    }
+}
+
+pub fn constraints(terms: &[SpreadConstraintsTerm]) -> Result<Vec<Constraint>, Status> {
+    if terms.len() > 8 {
+        return Err(Status::misconfigured(
+            PLUGIN,
+            "at most 8 spreadConstraints are allowed",
+        ));
+    }
+    terms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let bad =
+                |m: String| Status::misconfigured(PLUGIN, format!("spreadConstraints[{i}]: {m}"));
+            if t.topology_key.is_empty() {
+                return Err(bad("topologyKey is required".into()));
+            }
+            let claim = match t.topology_key_type.as_str() {
+                topology_key_type::LABEL => false,
+                topology_key_type::CLAIM => true,
+                other => {
+                    return Err(bad(format!(
+                        "topologyKeyType must be Label or Claim, not {other:?}"
+                    )));
+                }
+            };
+            let hard = match t.when_unsatisfiable.as_str() {
+                "" | when_unsatisfiable::SCHEDULE_ANYWAY => false,
+                when_unsatisfiable::DO_NOT_SCHEDULE => true,
+                other => {
+                    return Err(bad(format!(
+                        "whenUnsatisfiable must be DoNotSchedule or ScheduleAnyway, not {other:?}"
+                    )));
+                }
+            };
+            let max_skew = u32::try_from(t.max_skew)
+                .ok()
+                .filter(|s| *s >= 1)
+                .ok_or_else(|| bad(format!("maxSkew must be at least 1, not {}", t.max_skew)))?;
+            Ok(Constraint {
+                topology_key: t.topology_key.clone(),
+                claim,
+                max_skew,
+                hard,
+            })
+        })
+        .collect()
+}
+
+/// Drops the clusters a `DoNotSchedule` constraint can never place (no topology value).
+pub fn missing_key(constraints: &[Constraint], cluster: &ClusterInfo) -> Option<DropReason> {
+    constraints
+        .iter()
+        .find(|c| c.hard && cluster.topology_value(&c.topology_key, c.claim).is_none())
+        .map(|c| DropReason::MissingTopologyKey(c.topology_key.clone()))
+}
+
+/// The top `n` candidate indices by (total desc, name asc). Candidates are in name order.
+pub fn top_n(totals: &[i64], n: usize) -> Vec<usize> {
+    let key = |&i: &usize| (std::cmp::Reverse(totals[i]), i);
+    let mut idx: Vec<usize> = (0..totals.len()).collect();
+    if n < idx.len() {
+        if n == 0 {
+            return Vec::new();
+        }
+        idx.select_nth_unstable_by_key(n - 1, key);
+        idx.truncate(n);
+    }
+    idx.sort_unstable_by_key(key);
+    idx
+}
+
+/// One pick of the spread selection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pick {
+    pub cluster: Name,
+    /// The normalised spread benefit in [-100, 100] at the time of the pick.
+    pub benefit: i64,
+    pub total: i64,
+}
+
+/// What the spread selection did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SpreadReport {
+    pub constraints: Vec<String>,
+    pub picks: Vec<Pick>,
+    /// Per constraint: domain -> clusters chosen in it.
+    pub domains: Vec<BTreeMap<String, u32>>,
+    /// Why selection stopped before `numberOfClusters`, when a constraint refused every cluster.
+    pub stopped: Option<String>,
+}
+
+/// Selects up to `n` candidates one at a time. Returns candidate indices in pick order.
+pub fn spread(
+    constraints: &[Constraint],
+    candidates: &[&ClusterInfo],
+    totals: &[i64],
+    n: usize,
+) -> (Vec<usize>, SpreadReport) {
+    let k = constraints.len();
+    // Domain ids per constraint.
+    let mut domain_names: Vec<Vec<&str>> = vec![Vec::new(); k];
+    let mut domain_ids: Vec<HashMap<&str, usize>> = vec![HashMap::new(); k];
+    // Candidates grouped by their tuple of domains: within a group the spread benefit is the
+    // same, so only each group's best remaining member (its head) can win a round.
+    let mut groups: BTreeMap<Vec<Option<usize>>, Vec<usize>> = BTreeMap::new();
+    for (i, c) in candidates.iter().enumerate() {
+        let tuple = constraints
+            .iter()
+            .enumerate()
+            .map(|(t, con)| {
+                c.topology_value(&con.topology_key, con.claim).map(|v| {
+                    *domain_ids[t].entry(v).or_insert_with(|| {
+                        domain_names[t].push(v);
+                        domain_names[t].len() - 1
+                    })
+                })
+            })
+            .collect();
+        groups.entry(tuple).or_default().push(i);
+    }
+    let mut groups: Vec<(Vec<Option<usize>>, Vec<usize>, usize)> = groups
+        .into_iter()
+        .map(|(t, mut members)| {
+            members.sort_by_key(|&i| (std::cmp::Reverse(totals[i]), i));
+            (t, members, 0)
+        })
+        .collect();
+    let mut counts: Vec<Vec<u32>> = domain_names.iter().map(|d| vec![0; d.len()]).collect();
+    let mut picked = Vec::new();
+    let mut report = SpreadReport {
+        constraints: constraints.iter().map(Constraint::describe).collect(),
+        ..SpreadReport::default()
+    };
+    while picked.len() < n {
+        let bounds: Vec<(u32, u32)> = counts
+            .iter()
+            .map(|c| {
+                (
+                    c.iter().copied().min().unwrap_or(0),
+                    c.iter().copied().max().unwrap_or(0),
+                )
+            })
+            .collect();
+        // (raw benefit, head candidate, group)
+        let mut open: Vec<(i128, usize, usize)> = Vec::new();
+        let mut any_left = false;
+        for (g, (tuple, members, head)) in groups.iter().enumerate() {
+            let Some(&cand) = members.get(*head) else {
+                continue;
+            };
+            any_left = true;
+            let mut raw: i128 = 0;
+            let mut blocked = false;
+            for (t, con) in constraints.iter().enumerate() {
+                let (min, max) = bounds[t];
+                let s: i64 = match tuple[t] {
+                    None => -100,
+                    Some(d) => {
+                        let count = counts[t][d];
+                        if con.hard && count + 1 - min > con.max_skew {
+                            blocked = true;
+                        }
+                        if max == min {
+                            100
+                        } else {
+                            100 - 200 * i64::from(count - min) / i64::from(max - min)
+                        }
+                    }
+                };
+                raw = raw * 201 + i128::from(s + 100);
+            }
+            if !blocked {
+                open.push((raw, cand, g));
+            }
+        }
+        if open.is_empty() {
+            if any_left {
+                let why: Vec<String> = constraints
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.hard)
+                    .map(|(t, c)| {
+                        format!(
+                            "{}: {}",
+                            c.describe(),
+                            domain_summary(&domain_names[t], &counts[t])
+                        )
+                    })
+                    .collect();
+                report.stopped = Some(format!(
+                    "spread constraints allow no more clusters ({})",
+                    why.join("; ")
+                ));
+            }
+            break;
+        }
+        let (lo, hi) = open
+            .iter()
+            .fold((i128::MAX, i128::MIN), |(lo, hi), (r, _, _)| {
+                (lo.min(*r), hi.max(*r))
+            });
+        let Some((benefit, cand, g)) = open
+            .iter()
+            .map(|(raw, cand, g)| {
+                let benefit = if hi == lo {
+                    0
+                } else {
+                    normalise(*raw as f64, lo as f64, hi as f64)
+                };
+                (benefit, *cand, *g)
+            })
+            .max_by_key(|&(benefit, cand, _)| {
+                (
+                    SPREAD_WEIGHT * benefit + totals[cand],
+                    std::cmp::Reverse(cand),
+                )
+            })
+        else {
+            break;
+        };
+        let (tuple, _, head) = &mut groups[g];
+        *head += 1;
+        for (t, d) in tuple.iter().enumerate() {
+            if let Some(d) = d {
+                counts[t][*d] += 1;
+            }
+        }
+        picked.push(cand);
+        report.picks.push(Pick {
+            cluster: candidates[cand].name.clone(),
+            benefit,
+            total: totals[cand],
+        });
+    }
+    report.domains = domain_names
+        .iter()
+        .zip(&counts)
+        .map(|(names, counts)| {
+            names
+                .iter()
+                .zip(counts)
+                .map(|(n, c)| ((*n).to_owned(), *c))
+                .collect()
+        })
+        .collect();
+    (picked, report)
+}
+
+fn domain_summary(names: &[&str], counts: &[u32]) -> String {
+    let mut pairs: Vec<(&str, u32)> = names.iter().copied().zip(counts.iter().copied()).collect();
+    pairs.sort();
+    pairs
+        .iter()
+        .map(|(n, c)| format!("{n}={c}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}

@@ -1,0 +1,438 @@
+//! The snapshot the core schedules from: every object the scheduler reads, indexed once.
+//!
+//! The controller keeps one `Snapshot` up to date from its watches (`upsert_*`/`remove_*`),
+//! `simulate` fills one from files; both hand it to [`crate::core::schedule`]. The indexes are
+//! what makes one pass over thousands of placements cheap: clusters by exclusive clusterset
+//! label, decisions by owning placement, decision counts per cluster (Balance) and each
+//! cluster's scores beside the cluster.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ocm_api::cluster::v1beta1::PlacementDecisionStatus;
+use ocm_api::selector::Selector;
+use ocm_api::wellknown::{label, selector_type};
+use ocm_api::{
+    AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding,
+    PlacementDecision,
+};
+
+use super::cel::{CelCluster, ScoreSource};
+
+/// A cluster's name, shared between the snapshot and outcomes without copying.
+pub type Name = Arc<str>;
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+/// One ManagedCluster with what the scheduler derives from it, computed once.
+pub struct ClusterInfo {
+    pub name: Name,
+    pub object: Arc<ManagedCluster>,
+    /// `status.clusterClaims` as a map (a duplicate name keeps the last value, as upstream).
+    pub claims: BTreeMap<String, String>,
+    /// Allocatable CPU and memory, present only when both allocatable and capacity are set
+    /// and parse (ResourceAllocatable* skip the others).
+    pub cpu: Option<f64>,
+    pub memory: Option<f64>,
+    pub terminating: bool,
+    /// This cluster's AddOnPlacementScores, by name (a mirror of the snapshot's score index).
+    scores: Vec<Arc<AddOnPlacementScore>>,
+    cel: OnceLock<CelCluster>,
+}
+
+impl ClusterInfo {
+    fn new(object: Arc<ManagedCluster>) -> Self {
+        let name: Name = object.metadata.name.as_deref().unwrap_or_default().into();
+        let claims = object
+            .status
+            .as_ref()
+            .map(|s| {
+                s.cluster_claims
+                    .iter()
+                    .map(|c| (c.name.clone(), c.value.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let resource = |r: &str| {
+            let status = object.status.as_ref()?;
+            status.capacity.get(r)?;
+            ocm_api::quantity::parse(&status.allocatable.get(r)?.0).ok()
+        };
+        Self {
+            cpu: resource("cpu"),
+            memory: resource("memory"),
+            terminating: object.metadata.deletion_timestamp.is_some(),
+            name,
+            claims,
+            scores: Vec::new(),
+            cel: OnceLock::new(),
+            object,
+        }
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        self.object.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
+    }
+
+    pub fn taints(&self) -> &[ocm_api::Taint] {
+        &self.object.spec.taints
+    }
+
+    /// The AddOnPlacementScore `<this cluster>/<resource>`.
+    pub fn score(&self, resource: &str) -> Option<&AddOnPlacementScore> {
+        self.scores
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(resource))
+            .map(|s| &**s)
+    }
+
+    /// The cluster as CEL sees it, converted on first use.
+    pub fn cel(&self) -> &CelCluster {
+        self.cel.get_or_init(|| CelCluster::new(&self.object))
+    }
+
+    /// The value of a topology key (a label or a claim).
+    pub fn topology_value(&self, key: &str, claim: bool) -> Option<&str> {
+        if claim {
+            self.claims.get(key).map(String::as_str)
+        } else {
+            self.labels().get(key).map(String::as_str)
+        }
+    }
+}
+
+/// What a clusterset's membership resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetMembers {
+    Members(Arc<Vec<Name>>),
+    /// The set's selector cannot be evaluated (an unknown selector type or a bad selector).
+    Invalid(String),
+}
+
+/// Every object the scheduler reads.
+#[derive(Default)]
+pub struct Snapshot {
+    clusters: BTreeMap<Name, ClusterInfo>,
+    by_set_label: HashMap<String, BTreeSet<Name>>,
+    sets: BTreeMap<String, Arc<ManagedClusterSet>>,
+    /// namespace -> binding names
+    bindings: BTreeMap<String, BTreeSet<String>>,
+    /// cluster namespace -> score name -> score
+    scores: HashMap<String, BTreeMap<String, Arc<AddOnPlacementScore>>>,
+    /// namespace -> name -> decision
+    decisions: BTreeMap<String, BTreeMap<String, Arc<PlacementDecision>>>,
+    /// (namespace, placement label) -> decision names
+    decisions_by_placement: HashMap<(String, String), BTreeSet<String>>,
+    /// cluster name -> number of decision entries naming it, across all namespaces (Balance)
+    decision_counts: HashMap<String, u32>,
+    /// count -> number of cluster names with that count (for the maximum, excluding one placement)
+    count_histogram: BTreeMap<u32, u32>,
+    /// Membership of LabelSelector sets, computed on first use, cleared when clusters or sets change.
+    membership: Mutex<HashMap<String, SetMembers>>,
+}
+
+impl Snapshot {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn upsert_cluster(&mut self, cluster: Arc<ManagedCluster>) {
+        let mut info = ClusterInfo::new(cluster);
+        self.remove_cluster(&info.name);
+        if let Some(scores) = self.scores.get(&*info.name) {
+            info.scores = scores.values().cloned().collect();
+        }
+        if let Some(set) = info.labels().get(label::CLUSTERSET) {
+            self.by_set_label
+                .entry(set.clone())
+                .or_default()
+                .insert(info.name.clone());
+        }
+        self.clusters.insert(info.name.clone(), info);
+        self.invalidate_membership();
+    }
+
+    pub fn remove_cluster(&mut self, name: &str) {
+        if let Some(old) = self.clusters.remove(name) {
+            if let Some(set) = old.labels().get(label::CLUSTERSET)
+                && let Some(members) = self.by_set_label.get_mut(set)
+            {
+                members.remove(name);
+            }
+            self.invalidate_membership();
+        }
+    }
+
+    pub fn upsert_set(&mut self, set: Arc<ManagedClusterSet>) {
+        let name = set.metadata.name.clone().unwrap_or_default();
+        self.sets.insert(name, set);
+        self.invalidate_membership();
+    }
+
+    pub fn remove_set(&mut self, name: &str) {
+        self.sets.remove(name);
+        self.invalidate_membership();
+    }
+
+    pub fn upsert_binding(&mut self, binding: &ManagedClusterSetBinding) {
+        let ns = binding.metadata.namespace.clone().unwrap_or_default();
+        let name = binding.metadata.name.clone().unwrap_or_default();
+        self.bindings.entry(ns).or_default().insert(name);
+    }
+
+    pub fn remove_binding(&mut self, namespace: &str, name: &str) {
+        if let Some(b) = self.bindings.get_mut(namespace) {
+            b.remove(name);
+        }
+    }
+
+    pub fn upsert_score(&mut self, score: Arc<AddOnPlacementScore>) {
+        let ns = score.metadata.namespace.clone().unwrap_or_default();
+        let name = score.metadata.name.clone().unwrap_or_default();
+        self.scores
+            .entry(ns.clone())
+            .or_default()
+            .insert(name, score);
+        self.mirror_scores(&ns);
+    }
+
+    pub fn remove_score(&mut self, namespace: &str, name: &str) {
+        if let Some(s) = self.scores.get_mut(namespace) {
+            s.remove(name);
+        }
+        self.mirror_scores(namespace);
+    }
+
+    fn mirror_scores(&mut self, cluster: &str) {
+        if let Some(info) = self.clusters.get_mut(cluster) {
+            info.scores = self
+                .scores
+                .get(cluster)
+                .map(|s| s.values().cloned().collect())
+                .unwrap_or_default();
+        }
+    }
+
+    pub fn upsert_decision(&mut self, decision: Arc<PlacementDecision>) {
+        let ns = decision.metadata.namespace.clone().unwrap_or_default();
+        let name = decision.metadata.name.clone().unwrap_or_default();
+        self.remove_decision(&ns, &name);
+        self.count(&decision, true);
+        if let Some(p) = placement_label(&decision) {
+            self.decisions_by_placement
+                .entry((ns.clone(), p.to_owned()))
+                .or_default()
+                .insert(name.clone());
+        }
+        self.decisions.entry(ns).or_default().insert(name, decision);
+    }
+
+    pub fn remove_decision(&mut self, namespace: &str, name: &str) {
+        let Some(old) = self
+            .decisions
+            .get_mut(namespace)
+            .and_then(|d| d.remove(name))
+        else {
+            return;
+        };
+        self.count(&old, false);
+        if let Some(p) = placement_label(&old) {
+            let key = (namespace.to_owned(), p.to_owned());
+            if let Some(names) = self.decisions_by_placement.get_mut(&key) {
+                names.remove(name);
+                if names.is_empty() {
+                    self.decisions_by_placement.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn count(&mut self, decision: &PlacementDecision, add: bool) {
+        for d in decision_entries(decision) {
+            let c = self
+                .decision_counts
+                .entry(d.cluster_name.clone())
+                .or_insert(0);
+            if *c > 0 {
+                dec_histogram(&mut self.count_histogram, *c);
+            }
+            *c = if add { *c + 1 } else { c.saturating_sub(1) };
+            if *c > 0 {
+                *self.count_histogram.entry(*c).or_insert(0) += 1;
+            } else {
+                self.decision_counts.remove(&d.cluster_name);
+            }
+        }
+    }
+
+    fn invalidate_membership(&mut self) {
+        if let Ok(m) = self.membership.get_mut() {
+            m.clear();
+        }
+    }
+
+    pub fn cluster(&self, name: &str) -> Option<&ClusterInfo> {
+        self.clusters.get(name)
+    }
+
+    pub fn clusters(&self) -> impl Iterator<Item = &ClusterInfo> {
+        self.clusters.values()
+    }
+
+    pub fn cluster_count(&self) -> usize {
+        self.clusters.len()
+    }
+
+    pub fn set(&self, name: &str) -> Option<&ManagedClusterSet> {
+        self.sets.get(name).map(|s| &**s)
+    }
+
+    /// Binding names in a namespace, sorted.
+    pub fn bindings(&self, namespace: &str) -> impl Iterator<Item = &str> {
+        self.bindings
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+    }
+
+    pub fn score(&self, cluster: &str, name: &str) -> Option<&AddOnPlacementScore> {
+        self.scores.get(cluster)?.get(name).map(|s| &**s)
+    }
+
+    /// The PlacementDecisions carrying `placement=<name>` in a namespace, by name.
+    pub fn decisions_of(&self, namespace: &str, placement: &str) -> Vec<&PlacementDecision> {
+        let Some(names) = self
+            .decisions_by_placement
+            .get(&(namespace.to_owned(), placement.to_owned()))
+        else {
+            return Vec::new();
+        };
+        let in_ns = self.decisions.get(namespace);
+        names
+            .iter()
+            .filter_map(|n| in_ns.and_then(|d| d.get(n)).map(|d| &**d))
+            .collect()
+    }
+
+    /// All PlacementDecisions, by namespace then name.
+    pub fn all_decisions(&self) -> impl Iterator<Item = &PlacementDecision> {
+        self.decisions
+            .values()
+            .flat_map(|d| d.values().map(|d| &**d))
+    }
+
+    /// Decision entries naming `cluster` across every namespace.
+    pub fn decision_count(&self, cluster: &str) -> u32 {
+        self.decision_counts.get(cluster).copied().unwrap_or(0)
+    }
+
+    /// The largest per-cluster decision count after taking away `own` (cluster -> entries of
+    /// one placement), without walking every cluster.
+    pub fn max_decision_count_excluding(&self, own: &HashMap<&str, u32>) -> u32 {
+        let mut best = 0;
+        // Clusters this placement touches: their counts drop by its share.
+        let mut touched_at: HashMap<u32, u32> = HashMap::new();
+        for (cluster, n) in own {
+            let global = self.decision_count(cluster);
+            best = best.max(global.saturating_sub(*n));
+            if global > 0 {
+                *touched_at.entry(global).or_insert(0) += 1;
+            }
+        }
+        // The highest count held by some cluster this placement does not touch.
+        for (count, clusters) in self.count_histogram.iter().rev() {
+            if *count <= best {
+                break;
+            }
+            if *clusters > touched_at.get(count).copied().unwrap_or(0) {
+                best = *count;
+                break;
+            }
+        }
+        best
+    }
+
+    /// The members of a clusterset (names, sorted), or why they cannot be known.
+    pub fn members(&self, set_name: &str) -> SetMembers {
+        let Some(set) = self.sets.get(set_name) else {
+            return SetMembers::Members(Arc::default());
+        };
+        let selector = &set.spec.cluster_selector;
+        match selector.selector_type.as_str() {
+            "" | selector_type::EXCLUSIVE_CLUSTERSET_LABEL => SetMembers::Members(Arc::new(
+                self.by_set_label
+                    .get(set_name)
+                    .map(|m| m.iter().cloned().collect())
+                    .unwrap_or_default(),
+            )),
+            selector_type::LABEL_SELECTOR => {
+                if let Ok(cache) = self.membership.lock()
+                    && let Some(m) = cache.get(set_name)
+                {
+                    return m.clone();
+                }
+                let members = match &selector.label_selector {
+                    // A nil selector matches nothing; `{}` matches every cluster.
+                    None => SetMembers::Members(Arc::default()),
+                    Some(ls) => match Selector::from_label_selector(ls) {
+                        Ok(sel) => SetMembers::Members(Arc::new(
+                            self.clusters
+                                .values()
+                                .filter(|c| sel.matches(c.labels()))
+                                .map(|c| c.name.clone())
+                                .collect(),
+                        )),
+                        Err(e) => SetMembers::Invalid(e.to_string()),
+                    },
+                };
+                if let Ok(mut cache) = self.membership.lock() {
+                    cache.insert(set_name.to_owned(), members.clone());
+                }
+                members
+            }
+            other => SetMembers::Invalid(format!("unsupported SelectorType {other}")),
+        }
+    }
+}
+
+fn dec_histogram(h: &mut BTreeMap<u32, u32>, count: u32) {
+    if let Some(n) = h.get_mut(&count) {
+        *n -= 1;
+        if *n == 0 {
+            h.remove(&count);
+        }
+    }
+}
+
+fn placement_label(d: &PlacementDecision) -> Option<&str> {
+    d.metadata
+        .labels
+        .as_ref()?
+        .get(label::PLACEMENT)
+        .map(String::as_str)
+}
+
+/// The entries of a decision's status (none when it has no status).
+pub fn decision_entries(d: &PlacementDecision) -> impl Iterator<Item = &ocm_api::ClusterDecision> {
+    d.status
+        .as_ref()
+        .map(|s: &PlacementDecisionStatus| s.decisions.as_slice())
+        .unwrap_or_default()
+        .iter()
+}
+
+impl ScoreSource for Snapshot {
+    fn scores(
+        &self,
+        cluster: &str,
+        resource_name: &str,
+    ) -> Option<Vec<ocm_api::AddOnPlacementScoreItem>> {
+        self.score(cluster, resource_name).map(|s| {
+            s.status
+                .as_ref()
+                .map(|st| st.scores.clone())
+                .unwrap_or_default()
+        })
+    }
+}

@@ -1,0 +1,11 @@
+//! Table tests of the core: upstream's worked vectors and unit scenarios, the seeds'
+//! examples, groups, write ordering, and property tests.
+
+mod fixtures;
+mod groups;
+mod plan;
+mod properties;
+mod scenarios;
+mod seeds;
+mod spread;
+mod vectors;
