@@ -1,3 +1,4 @@
-//! The OCM placement scheduler: a sans-IO scheduling core ([`core`]) and `simulate`.
+//! The OCM placement scheduler: a sans-IO scheduling core ([`core`]) and [`simulate`].
 
 pub mod core;
+pub mod simulate;

@@ -17,7 +17,7 @@ pub mod select;
 pub mod snapshot;
 pub mod status;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -135,9 +135,11 @@ fn run<'a>(
     placement: &Placement,
     candidates: Vec<&'a ClusterInfo>,
     own: &HashMap<&str, u32>,
+    own_by_slot: &[u32],
     now: Timestamp,
     out: &mut Scheduled<'a>,
 ) -> Result<Status, Status> {
+    let own_of = |c: &ClusterInfo| own_by_slot.get(c.slot).copied().unwrap_or(0);
     let spec = &placement.spec;
     let wanted = match spec.number_of_clusters {
         None => None,
@@ -158,6 +160,11 @@ fn run<'a>(
             .map(String::as_str),
     )?;
 
+    let topologies: Vec<std::sync::Arc<snapshot::Topology>> = constraints
+        .iter()
+        .map(|c| snapshot.topology(&c.topology_key, c.claim))
+        .collect();
+
     // Filters.
     let (kept, result) = filter::apply(filter::predicate::NAME, candidates, |c| {
         predicates.check(c, snapshot)
@@ -165,12 +172,12 @@ fn run<'a>(
     out.filters.push(result);
     let tolerations = &spec.tolerations;
     let (kept, result) = filter::apply(filter::taint::NAME, kept, |c| {
-        filter::taint::check(c.taints(), tolerations, own.contains_key(&*c.name), now)
+        filter::taint::check(c.taints(), tolerations, own_of(c) > 0, now)
     });
     out.filters.push(result);
     let kept = if constraints.iter().any(|c| c.hard) {
         let (kept, result) = filter::apply(select::PLUGIN, kept, |c| {
-            select::missing_key(&constraints, c)
+            select::missing_key(&constraints, &topologies, c)
         });
         out.filters.push(result);
         kept
@@ -210,13 +217,13 @@ fn run<'a>(
             continue;
         }
         let scores = match &w.kind {
-            Kind::Balance => prioritize::balance::score(snapshot, own, filtered),
+            Kind::Balance => prioritize::balance::score(snapshot, own, own_by_slot, filtered),
             Kind::Steady => prioritize::steady::score(&in_decision),
             Kind::ResourceCpu => prioritize::resource::score(filtered.iter().map(|c| c.cpu)),
             Kind::ResourceMemory => prioritize::resource::score(filtered.iter().map(|c| c.memory)),
             Kind::Affinity(i) => prioritize::affinity::score(&affinity[*i], filtered),
             Kind::AddOn(coord) => {
-                let r = prioritize::addon::score(coord, filtered, now);
+                let r = prioritize::addon::score(coord, filtered, snapshot, now);
                 if !r.expired.is_empty() {
                     warning = Status::new(
                         Code::Warning,
@@ -253,7 +260,7 @@ fn run<'a>(
     if constraints.is_empty() {
         out.selected = select::top_n(&totals, n);
     } else {
-        let (picked, report) = select::spread(&constraints, filtered, &totals, n);
+        let (picked, report) = select::spread(&constraints, &topologies, filtered, &totals, n);
         out.selected = picked;
         out.spread = Some(report);
     }
@@ -278,6 +285,21 @@ pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> O
         }
     }
 
+    // This placement's decision entries per cluster slot (for Steady, Balance, NoSelectIfNew).
+    let mut own_by_slot = vec![
+        0u32;
+        if own.is_empty() {
+            0
+        } else {
+            snapshot.slot_count()
+        }
+    ];
+    for (c, n) in &own {
+        if let Some(info) = snapshot.cluster(c) {
+            own_by_slot[info.slot] = *n;
+        }
+    }
+
     // Eligible clusters.
     let bindings: Vec<String> = snapshot
         .bindings(&namespace)
@@ -294,10 +316,10 @@ pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> O
             .collect()
     };
     let mut status = Status::success();
-    let mut members: BTreeSet<Name> = BTreeSet::new();
+    let mut parts: Vec<std::sync::Arc<Vec<usize>>> = Vec::new();
     for set in &cluster_sets {
         match snapshot.members(set) {
-            SetMembers::Members(m) => members.extend(m.iter().cloned()),
+            SetMembers::Members(m) => parts.push(m),
             SetMembers::Invalid(e) => {
                 status = Status::new(
                     Code::Error,
@@ -308,22 +330,43 @@ pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> O
             }
         }
     }
+    // The union in name order (each part already is).
+    let members: Vec<usize> = match parts.as_slice() {
+        [] => Vec::new(),
+        [one] => one.to_vec(),
+        many => {
+            let mut all: Vec<usize> = many.iter().flat_map(|p| p.iter().copied()).collect();
+            all.sort_unstable();
+            all.dedup();
+            all.sort_by(|a, b| {
+                let name = |i: &usize| snapshot.slot(*i).map(|c| &c.name);
+                name(a).cmp(&name(b))
+            });
+            all
+        }
+    };
     let mut terminating = Vec::new();
     let mut candidates = Vec::with_capacity(members.len());
-    for m in &members {
-        if let Some(c) = snapshot.cluster(m) {
-            if c.terminating {
-                terminating.push(m.clone());
-            } else {
-                candidates.push(c);
-            }
+    for c in members.iter().filter_map(|&i| snapshot.slot(i)) {
+        if c.terminating {
+            terminating.push(c.name.clone());
+        } else {
+            candidates.push(c);
         }
     }
     let available: Vec<Name> = candidates.iter().map(|c| c.name.clone()).collect();
 
     let mut s = Scheduled::default();
     if !status.is_error() {
-        match run(snapshot, placement, candidates, &own, now, &mut s) {
+        match run(
+            snapshot,
+            placement,
+            candidates,
+            &own,
+            &own_by_slot,
+            now,
+            &mut s,
+        ) {
             Ok(st) => status = st,
             Err(st) => {
                 status = st;

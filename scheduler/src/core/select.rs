@@ -23,7 +23,9 @@ use ocm_api::wellknown::{topology_key_type, when_unsatisfiable};
 
 use super::filter::DropReason;
 use super::prioritize::normalise;
-use super::snapshot::{ClusterInfo, Name};
+use std::sync::Arc;
+
+use super::snapshot::{ClusterInfo, Name, Topology};
 use super::status::Status;
 
 pub const PLUGIN: &str = "SpreadConstraints";
@@ -104,11 +106,21 @@ pub fn constraints(terms: &[SpreadConstraintsTerm]) -> Result<Vec<Constraint>, S
 }
 
 /// Drops the clusters a `DoNotSchedule` constraint can never place (no topology value).
-pub fn missing_key(constraints: &[Constraint], cluster: &ClusterInfo) -> Option<DropReason> {
+pub fn missing_key(
+    constraints: &[Constraint],
+    topologies: &[Arc<Topology>],
+    cluster: &ClusterInfo,
+) -> Option<DropReason> {
     constraints
         .iter()
-        .find(|c| c.hard && cluster.topology_value(&c.topology_key, c.claim).is_none())
-        .map(|c| DropReason::MissingTopologyKey(c.topology_key.clone()))
+        .zip(topologies)
+        .find(|(c, t)| {
+            c.hard
+                && t.domain_of_slot
+                    .get(cluster.slot)
+                    .is_none_or(|d| *d == Topology::NONE)
+        })
+        .map(|(c, _)| DropReason::MissingTopologyKey(c.topology_key.clone()))
 }
 
 /// The top `n` candidate indices by (total desc, name asc). Candidates are in name order.
@@ -149,55 +161,91 @@ pub struct SpreadReport {
 /// Selects up to `n` candidates one at a time. Returns candidate indices in pick order.
 pub fn spread(
     constraints: &[Constraint],
+    topologies: &[Arc<Topology>],
     candidates: &[&ClusterInfo],
     totals: &[i64],
     n: usize,
 ) -> (Vec<usize>, SpreadReport) {
     let k = constraints.len();
-    // Domain ids per constraint.
-    let mut domain_names: Vec<Vec<&str>> = vec![Vec::new(); k];
-    let mut domain_ids: Vec<HashMap<&str, usize>> = vec![HashMap::new(); k];
+    const NONE: u32 = Topology::NONE;
     // Candidates grouped by their tuple of domains: within a group the spread benefit is the
-    // same, so only each group's best remaining member (its head) can win a round.
-    let mut groups: BTreeMap<Vec<Option<usize>>, Vec<usize>> = BTreeMap::new();
-    for (i, c) in candidates.iter().enumerate() {
-        let tuple = constraints
-            .iter()
-            .enumerate()
-            .map(|(t, con)| {
-                c.topology_value(&con.topology_key, con.claim).map(|v| {
-                    *domain_ids[t].entry(v).or_insert_with(|| {
-                        domain_names[t].push(v);
-                        domain_names[t].len() - 1
-                    })
-                })
-            })
-            .collect();
-        groups.entry(tuple).or_default().push(i);
+    // same, so only each group's best remaining member (its head) can win a round. Tuples are
+    // fixed arrays (at most 8 constraints), `NONE` where a cluster lacks the key.
+    let domain = |t: usize, c: &ClusterInfo| {
+        topologies[t]
+            .domain_of_slot
+            .get(c.slot)
+            .copied()
+            .unwrap_or(NONE)
+    };
+    let mut groups: Vec<([u32; 8], Vec<usize>, usize)> = Vec::new();
+    if k == 1 {
+        // One constraint: the domain id is the group (no hashing).
+        let mut group_of: Vec<Option<usize>> = vec![None; topologies[0].domains.len() + 1];
+        for (i, c) in candidates.iter().enumerate() {
+            let d = domain(0, c);
+            let slot = if d == NONE {
+                group_of.len() - 1
+            } else {
+                d as usize
+            };
+            let g = *group_of[slot].get_or_insert_with(|| {
+                let mut tuple = [NONE; 8];
+                tuple[0] = d;
+                groups.push((tuple, Vec::new(), 0));
+                groups.len() - 1
+            });
+            groups[g].1.push(i);
+        }
+    } else {
+        let mut group_of: HashMap<[u32; 8], usize> = HashMap::new();
+        for (i, c) in candidates.iter().enumerate() {
+            let mut tuple = [NONE; 8];
+            for (t, slot) in tuple.iter_mut().enumerate().take(k) {
+                *slot = domain(t, c);
+            }
+            let g = *group_of.entry(tuple).or_insert_with(|| {
+                groups.push((tuple, Vec::new(), 0));
+                groups.len() - 1
+            });
+            groups[g].1.push(i);
+        }
     }
-    let mut groups: Vec<(Vec<Option<usize>>, Vec<usize>, usize)> = groups
-        .into_iter()
-        .map(|(t, mut members)| {
-            members.sort_by_key(|&i| (std::cmp::Reverse(totals[i]), i));
-            (t, members, 0)
-        })
+    for (_, members, _) in &mut groups {
+        members.sort_by_key(|&i| (std::cmp::Reverse(totals[i]), i));
+    }
+    // Only domains some candidate is in count (for the minimum, as PodTopologySpread).
+    let domain_names: Vec<Vec<&str>> = topologies
+        .iter()
+        .map(|t| t.domains.iter().map(String::as_str).collect())
         .collect();
+    let mut present: Vec<Vec<bool>> = topologies
+        .iter()
+        .map(|t| vec![false; t.domains.len()])
+        .collect();
+    for (tuple, _, _) in &groups {
+        for t in 0..k {
+            if tuple[t] != NONE {
+                present[t][tuple[t] as usize] = true;
+            }
+        }
+    }
     let mut counts: Vec<Vec<u32>> = domain_names.iter().map(|d| vec![0; d.len()]).collect();
+    let bound = |t: usize, counts: &[Vec<u32>]| -> (u32, u32) {
+        let live = counts[t]
+            .iter()
+            .zip(&present[t])
+            .filter(|(_, p)| **p)
+            .map(|(c, _)| *c);
+        (live.clone().min().unwrap_or(0), live.max().unwrap_or(0))
+    };
     let mut picked = Vec::new();
     let mut report = SpreadReport {
         constraints: constraints.iter().map(Constraint::describe).collect(),
         ..SpreadReport::default()
     };
     while picked.len() < n {
-        let bounds: Vec<(u32, u32)> = counts
-            .iter()
-            .map(|c| {
-                (
-                    c.iter().copied().min().unwrap_or(0),
-                    c.iter().copied().max().unwrap_or(0),
-                )
-            })
-            .collect();
+        let bounds: Vec<(u32, u32)> = (0..k).map(|t| bound(t, &counts)).collect();
         // (raw benefit, head candidate, group)
         let mut open: Vec<(i128, usize, usize)> = Vec::new();
         let mut any_left = false;
@@ -211,9 +259,9 @@ pub fn spread(
             for (t, con) in constraints.iter().enumerate() {
                 let (min, max) = bounds[t];
                 let s: i64 = match tuple[t] {
-                    None => -100,
-                    Some(d) => {
-                        let count = counts[t][d];
+                    NONE => -100,
+                    d => {
+                        let count = counts[t][d as usize];
                         if con.hard && count + 1 - min > con.max_skew {
                             blocked = true;
                         }
@@ -240,7 +288,7 @@ pub fn spread(
                         format!(
                             "{}: {}",
                             c.describe(),
-                            domain_summary(&domain_names[t], &counts[t])
+                            domain_summary(&domain_names[t], &counts[t], &present[t])
                         )
                     })
                     .collect();
@@ -277,9 +325,9 @@ pub fn spread(
         };
         let (tuple, _, head) = &mut groups[g];
         *head += 1;
-        for (t, d) in tuple.iter().enumerate() {
-            if let Some(d) = d {
-                counts[t][*d] += 1;
+        for (t, d) in tuple.iter().take(k).enumerate() {
+            if *d != NONE {
+                counts[t][*d as usize] += 1;
             }
         }
         picked.push(cand);
@@ -289,22 +337,29 @@ pub fn spread(
             total: totals[cand],
         });
     }
-    report.domains = domain_names
-        .iter()
-        .zip(&counts)
-        .map(|(names, counts)| {
-            names
+    report.domains = (0..k)
+        .map(|t| {
+            domain_names[t]
                 .iter()
-                .zip(counts)
-                .map(|(n, c)| ((*n).to_owned(), *c))
+                .zip(&counts[t])
+                .zip(&present[t])
+                .filter(|(_, p)| **p)
+                .map(|((n, c), _)| ((*n).to_owned(), *c))
                 .collect()
         })
         .collect();
     (picked, report)
 }
 
-fn domain_summary(names: &[&str], counts: &[u32]) -> String {
-    let mut pairs: Vec<(&str, u32)> = names.iter().copied().zip(counts.iter().copied()).collect();
+fn domain_summary(names: &[&str], counts: &[u32], present: &[bool]) -> String {
+    let mut pairs: Vec<(&str, u32)> = names
+        .iter()
+        .copied()
+        .zip(counts.iter().copied())
+        .zip(present)
+        .filter(|(_, p)| **p)
+        .map(|(x, _)| x)
+        .collect();
     pairs.sort();
     pairs
         .iter()

@@ -35,8 +35,13 @@ pub struct ClusterInfo {
     pub cpu: Option<f64>,
     pub memory: Option<f64>,
     pub terminating: bool,
-    /// This cluster's AddOnPlacementScores, by name (a mirror of the snapshot's score index).
-    scores: Vec<Arc<AddOnPlacementScore>>,
+    /// Its place in the snapshot's slab (stable while the cluster exists).
+    pub slot: usize,
+    /// Decision entries naming it across all namespaces (a mirror for Balance).
+    pub decisions: u32,
+    /// This cluster's AddOnPlacementScores (a mirror of the snapshot's score index), with
+    /// their names interned so that the AddOn prioritizer compares integers.
+    scores: Vec<ScoreEntry>,
     cel: OnceLock<CelCluster>,
 }
 
@@ -62,6 +67,8 @@ impl ClusterInfo {
             cpu: resource("cpu"),
             memory: resource("memory"),
             terminating: object.metadata.deletion_timestamp.is_some(),
+            slot: 0,
+            decisions: 0,
             name,
             claims,
             scores: Vec::new(),
@@ -82,8 +89,13 @@ impl ClusterInfo {
     pub fn score(&self, resource: &str) -> Option<&AddOnPlacementScore> {
         self.scores
             .iter()
-            .find(|s| s.metadata.name.as_deref() == Some(resource))
-            .map(|s| &**s)
+            .find(|s| s.object.metadata.name.as_deref() == Some(resource))
+            .map(|s| &*s.object)
+    }
+
+    /// The score object with interned name `resource`.
+    pub fn score_entry(&self, resource: u32) -> Option<&ScoreEntry> {
+        self.scores.iter().find(|s| s.resource == resource)
     }
 
     /// The cluster as CEL sees it, converted on first use.
@@ -101,10 +113,43 @@ impl ClusterInfo {
     }
 }
 
+/// One AddOnPlacementScore of a cluster, pre-digested.
+pub struct ScoreEntry {
+    pub object: Arc<AddOnPlacementScore>,
+    /// Interned `metadata.name` (see [`Snapshot::name_id`]).
+    pub resource: u32,
+    /// Interned item names and their values, in the object's order.
+    pub items: Vec<(u32, i32)>,
+    pub valid_until: Option<jiff::Timestamp>,
+}
+
+/// A topology key's value for every cluster slot, as small integers (computed once per
+/// snapshot state, shared by every placement that spreads over the key).
+#[derive(Debug, Default)]
+pub struct Topology {
+    /// Domain id per slot; [`Topology::NONE`] where the cluster lacks the key.
+    pub domain_of_slot: Vec<u32>,
+    /// Domain names by id.
+    pub domains: Vec<String>,
+}
+
+impl Topology {
+    pub const NONE: u32 = u32::MAX;
+}
+
+/// One score item (`<resource>/<item>`) for every cluster slot.
+#[derive(Debug, Default)]
+pub struct ScoreColumn {
+    /// Per slot: `None` without a score object; else the item's value (the last one with the
+    /// name, `None` if absent) and the object's `validUntil`.
+    pub by_slot: Vec<Option<(Option<i32>, Option<jiff::Timestamp>)>>,
+}
+
 /// What a clusterset's membership resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetMembers {
-    Members(Arc<Vec<Name>>),
+    /// Slots of the member clusters, in name order.
+    Members(Arc<Vec<usize>>),
     /// The set's selector cannot be evaluated (an unknown selector type or a bad selector).
     Invalid(String),
 }
@@ -112,8 +157,13 @@ pub enum SetMembers {
 /// Every object the scheduler reads.
 #[derive(Default)]
 pub struct Snapshot {
-    clusters: BTreeMap<Name, ClusterInfo>,
-    by_set_label: HashMap<String, BTreeSet<Name>>,
+    /// Clusters in a slab: slots are stable, so indexes and per-pass arrays use them.
+    slots: Vec<Option<ClusterInfo>>,
+    free: Vec<usize>,
+    /// name -> slot, in name order
+    clusters: BTreeMap<Name, usize>,
+    /// exclusive clusterset label value -> members (name -> slot)
+    by_set_label: HashMap<String, BTreeMap<Name, usize>>,
     sets: BTreeMap<String, Arc<ManagedClusterSet>>,
     /// namespace -> binding names
     bindings: BTreeMap<String, BTreeSet<String>>,
@@ -127,8 +177,14 @@ pub struct Snapshot {
     decision_counts: HashMap<String, u32>,
     /// count -> number of cluster names with that count (for the maximum, excluding one placement)
     count_histogram: BTreeMap<u32, u32>,
-    /// Membership of LabelSelector sets, computed on first use, cleared when clusters or sets change.
+    /// Interned score and score-item names.
+    names: HashMap<String, u32>,
+    /// Membership of sets, computed on first use, cleared when clusters or sets change.
     membership: Mutex<HashMap<String, SetMembers>>,
+    /// Topology keys, computed on first use, cleared when clusters change.
+    topologies: Mutex<HashMap<(String, bool), Arc<Topology>>>,
+    /// Score items, computed on first use, cleared when clusters or scores change.
+    columns: Mutex<HashMap<(String, String), Arc<ScoreColumn>>>,
 }
 
 impl Snapshot {
@@ -139,28 +195,38 @@ impl Snapshot {
     pub fn upsert_cluster(&mut self, cluster: Arc<ManagedCluster>) {
         let mut info = ClusterInfo::new(cluster);
         self.remove_cluster(&info.name);
-        if let Some(scores) = self.scores.get(&*info.name) {
-            info.scores = scores.values().cloned().collect();
-        }
+        info.scores = self.score_entries(&info.name);
+        info.decisions = self.decision_counts.get(&*info.name).copied().unwrap_or(0);
+        let slot = self.free.pop().unwrap_or(self.slots.len());
+        info.slot = slot;
         if let Some(set) = info.labels().get(label::CLUSTERSET) {
             self.by_set_label
                 .entry(set.clone())
                 .or_default()
-                .insert(info.name.clone());
+                .insert(info.name.clone(), slot);
         }
-        self.clusters.insert(info.name.clone(), info);
+        self.clusters.insert(info.name.clone(), slot);
+        if slot == self.slots.len() {
+            self.slots.push(Some(info));
+        } else {
+            self.slots[slot] = Some(info);
+        }
         self.invalidate_membership();
     }
 
     pub fn remove_cluster(&mut self, name: &str) {
-        if let Some(old) = self.clusters.remove(name) {
+        let Some(slot) = self.clusters.remove(name) else {
+            return;
+        };
+        if let Some(old) = self.slots.get_mut(slot).and_then(Option::take) {
             if let Some(set) = old.labels().get(label::CLUSTERSET)
                 && let Some(members) = self.by_set_label.get_mut(set)
             {
                 members.remove(name);
             }
-            self.invalidate_membership();
+            self.free.push(slot);
         }
+        self.invalidate_membership();
     }
 
     pub fn upsert_set(&mut self, set: Arc<ManagedClusterSet>) {
@@ -194,6 +260,7 @@ impl Snapshot {
             .or_default()
             .insert(name, score);
         self.mirror_scores(&ns);
+        self.invalidate_columns();
     }
 
     pub fn remove_score(&mut self, namespace: &str, name: &str) {
@@ -201,16 +268,58 @@ impl Snapshot {
             s.remove(name);
         }
         self.mirror_scores(namespace);
+        self.invalidate_columns();
     }
 
     fn mirror_scores(&mut self, cluster: &str) {
-        if let Some(info) = self.clusters.get_mut(cluster) {
-            info.scores = self
-                .scores
-                .get(cluster)
-                .map(|s| s.values().cloned().collect())
-                .unwrap_or_default();
+        let entries = self.score_entries(cluster);
+        if let Some(info) = self
+            .clusters
+            .get(cluster)
+            .and_then(|&i| self.slots[i].as_mut())
+        {
+            info.scores = entries;
         }
+    }
+
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.names.get(name) {
+            return *id;
+        }
+        let id = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        self.names.insert(name.to_owned(), id);
+        id
+    }
+
+    /// The interned id of a score or score-item name; `None` if no score uses it.
+    pub fn name_id(&self, name: &str) -> Option<u32> {
+        self.names.get(name).copied()
+    }
+
+    fn score_entries(&mut self, cluster: &str) -> Vec<ScoreEntry> {
+        let objects: Vec<Arc<AddOnPlacementScore>> = self
+            .scores
+            .get(cluster)
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        objects
+            .into_iter()
+            .map(|object| {
+                let resource = self.intern(object.metadata.name.as_deref().unwrap_or_default());
+                let status = object.status.clone().unwrap_or_default();
+                let items = status
+                    .scores
+                    .iter()
+                    .map(|i| (self.intern(&i.name), i.value))
+                    .collect();
+                ScoreEntry {
+                    resource,
+                    items,
+                    valid_until: status.valid_until.map(|t| t.0),
+                    object,
+                }
+            })
+            .collect()
     }
 
     pub fn upsert_decision(&mut self, decision: Arc<PlacementDecision>) {
@@ -257,10 +366,18 @@ impl Snapshot {
                 dec_histogram(&mut self.count_histogram, *c);
             }
             *c = if add { *c + 1 } else { c.saturating_sub(1) };
-            if *c > 0 {
-                *self.count_histogram.entry(*c).or_insert(0) += 1;
+            let now = *c;
+            if now > 0 {
+                *self.count_histogram.entry(now).or_insert(0) += 1;
             } else {
                 self.decision_counts.remove(&d.cluster_name);
+            }
+            if let Some(info) = self
+                .clusters
+                .get(d.cluster_name.as_str())
+                .and_then(|&i| self.slots[i].as_mut())
+            {
+                info.decisions = now;
             }
         }
     }
@@ -269,14 +386,103 @@ impl Snapshot {
         if let Ok(m) = self.membership.get_mut() {
             m.clear();
         }
+        if let Ok(t) = self.topologies.get_mut() {
+            t.clear();
+        }
+        self.invalidate_columns();
+    }
+
+    fn invalidate_columns(&mut self) {
+        if let Ok(c) = self.columns.get_mut() {
+            c.clear();
+        }
+    }
+
+    /// Drops every derived cache (benchmarks use it to measure a cold pass).
+    pub fn clear_caches(&mut self) {
+        self.invalidate_membership();
+    }
+
+    /// The domains of a topology key over all clusters.
+    pub fn topology(&self, key: &str, claim: bool) -> Arc<Topology> {
+        let cache_key = (key.to_owned(), claim);
+        if let Ok(cache) = self.topologies.lock()
+            && let Some(t) = cache.get(&cache_key)
+        {
+            return t.clone();
+        }
+        let mut t = Topology {
+            domain_of_slot: vec![Topology::NONE; self.slots.len()],
+            domains: Vec::new(),
+        };
+        let mut ids: HashMap<&str, u32> = HashMap::new();
+        for c in self.clusters() {
+            if let Some(v) = c.topology_value(key, claim) {
+                let next = u32::try_from(t.domains.len()).unwrap_or(Topology::NONE);
+                let id = *ids.entry(v).or_insert(next);
+                if id == next {
+                    t.domains.push(v.to_owned());
+                }
+                t.domain_of_slot[c.slot] = id;
+            }
+        }
+        let t = Arc::new(t);
+        if let Ok(mut cache) = self.topologies.lock() {
+            cache.insert(cache_key, t.clone());
+        }
+        t
+    }
+
+    /// One score item of every cluster.
+    pub fn score_column(&self, resource: &str, item: &str) -> Arc<ScoreColumn> {
+        let cache_key = (resource.to_owned(), item.to_owned());
+        if let Ok(cache) = self.columns.lock()
+            && let Some(c) = cache.get(&cache_key)
+        {
+            return c.clone();
+        }
+        let mut col = ScoreColumn {
+            by_slot: vec![None; self.slots.len()],
+        };
+        if let Some(r) = self.name_id(resource) {
+            let item = self.name_id(item);
+            for c in self.clusters() {
+                if let Some(e) = c.score_entry(r) {
+                    let value = item.and_then(|id| {
+                        e.items
+                            .iter()
+                            .rev()
+                            .find(|(n, _)| *n == id)
+                            .map(|(_, v)| *v)
+                    });
+                    col.by_slot[c.slot] = Some((value, e.valid_until));
+                }
+            }
+        }
+        let col = Arc::new(col);
+        if let Ok(mut cache) = self.columns.lock() {
+            cache.insert(cache_key, col.clone());
+        }
+        col
     }
 
     pub fn cluster(&self, name: &str) -> Option<&ClusterInfo> {
-        self.clusters.get(name)
+        self.clusters.get(name).and_then(|&i| self.slot(i))
     }
 
+    /// The cluster in a slot (see [`ClusterInfo::slot`]).
+    pub fn slot(&self, slot: usize) -> Option<&ClusterInfo> {
+        self.slots.get(slot).and_then(Option::as_ref)
+    }
+
+    /// The number of slots: every [`ClusterInfo::slot`] is below it.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// All clusters in name order.
     pub fn clusters(&self) -> impl Iterator<Item = &ClusterInfo> {
-        self.clusters.values()
+        self.clusters.values().filter_map(|&i| self.slot(i))
     }
 
     pub fn cluster_count(&self) -> usize {
@@ -353,46 +559,43 @@ impl Snapshot {
         best
     }
 
-    /// The members of a clusterset (names, sorted), or why they cannot be known.
+    /// The members of a clusterset (slots, in name order), or why they cannot be known.
     pub fn members(&self, set_name: &str) -> SetMembers {
         let Some(set) = self.sets.get(set_name) else {
             return SetMembers::Members(Arc::default());
         };
+        if let Ok(cache) = self.membership.lock()
+            && let Some(m) = cache.get(set_name)
+        {
+            return m.clone();
+        }
         let selector = &set.spec.cluster_selector;
-        match selector.selector_type.as_str() {
+        let members = match selector.selector_type.as_str() {
             "" | selector_type::EXCLUSIVE_CLUSTERSET_LABEL => SetMembers::Members(Arc::new(
                 self.by_set_label
                     .get(set_name)
-                    .map(|m| m.iter().cloned().collect())
+                    .map(|m| m.values().copied().collect())
                     .unwrap_or_default(),
             )),
-            selector_type::LABEL_SELECTOR => {
-                if let Ok(cache) = self.membership.lock()
-                    && let Some(m) = cache.get(set_name)
-                {
-                    return m.clone();
-                }
-                let members = match &selector.label_selector {
-                    // A nil selector matches nothing; `{}` matches every cluster.
-                    None => SetMembers::Members(Arc::default()),
-                    Some(ls) => match Selector::from_label_selector(ls) {
-                        Ok(sel) => SetMembers::Members(Arc::new(
-                            self.clusters
-                                .values()
-                                .filter(|c| sel.matches(c.labels()))
-                                .map(|c| c.name.clone())
-                                .collect(),
-                        )),
-                        Err(e) => SetMembers::Invalid(e.to_string()),
-                    },
-                };
-                if let Ok(mut cache) = self.membership.lock() {
-                    cache.insert(set_name.to_owned(), members.clone());
-                }
-                members
-            }
+            selector_type::LABEL_SELECTOR => match &selector.label_selector {
+                // A nil selector matches nothing; `{}` matches every cluster.
+                None => SetMembers::Members(Arc::default()),
+                Some(ls) => match Selector::from_label_selector(ls) {
+                    Ok(sel) => SetMembers::Members(Arc::new(
+                        self.clusters()
+                            .filter(|c| sel.matches(c.labels()))
+                            .map(|c| c.slot)
+                            .collect(),
+                    )),
+                    Err(e) => SetMembers::Invalid(e.to_string()),
+                },
+            },
             other => SetMembers::Invalid(format!("unsupported SelectorType {other}")),
+        };
+        if let Ok(mut cache) = self.membership.lock() {
+            cache.insert(set_name.to_owned(), members.clone());
         }
+        members
     }
 }
 

@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use ocm_api::cluster::v1beta1::AddOnScore;
 use ocm_api::wellknown::limits;
 
-use crate::core::snapshot::ClusterInfo;
+use crate::core::snapshot::{ClusterInfo, Snapshot};
 
 pub struct AddOnScores {
     pub scores: Vec<Option<i64>>,
@@ -18,36 +18,32 @@ pub struct AddOnScores {
     pub next_expiry: Option<Timestamp>,
 }
 
-pub fn score(coord: &AddOnScore, clusters: &[&ClusterInfo], now: Timestamp) -> AddOnScores {
+pub fn score(
+    coord: &AddOnScore,
+    clusters: &[&ClusterInfo],
+    snapshot: &Snapshot,
+    now: Timestamp,
+) -> AddOnScores {
     let mut out = AddOnScores {
         scores: Vec::with_capacity(clusters.len()),
         expired: Vec::new(),
         clamped: Vec::new(),
         next_expiry: None,
     };
+    let column = snapshot.score_column(&coord.resource_name, &coord.score_name);
     for c in clusters {
         let mut value = 0;
-        if let Some(status) = c
-            .score(&coord.resource_name)
-            .and_then(|s| s.status.as_ref())
-        {
-            let valid_until = status.valid_until.as_ref().map(|t| t.0);
+        if let Some(Some((item, valid_until))) = column.by_slot.get(c.slot) {
             if valid_until.is_some_and(|until| now > until) {
                 out.expired
                     .push(format!("{}/{}", c.name, coord.resource_name));
             } else {
-                if let Some(until) = valid_until {
+                if let Some(until) = *valid_until {
                     out.next_expiry =
                         Some(out.next_expiry.map_or(until, |n: Timestamp| n.min(until)));
                 }
-                // The last item with the name wins, as upstream's loop.
-                if let Some(item) = status
-                    .scores
-                    .iter()
-                    .rev()
-                    .find(|s| s.name == coord.score_name)
-                {
-                    value = i64::from(item.value);
+                if let Some(v) = item {
+                    value = i64::from(*v);
                     // The CRD bounds values; input that bypassed it (files) is clamped, not trusted.
                     if !(limits::MIN_CLUSTER_SCORE..=limits::MAX_CLUSTER_SCORE).contains(&value) {
                         out.clamped.push(c.name.to_string());

@@ -9,15 +9,17 @@ use crate::core::snapshot::{ClusterInfo, Snapshot};
 pub fn score(
     snapshot: &Snapshot,
     own: &HashMap<&str, u32>,
+    own_by_slot: &[u32],
     clusters: &[&ClusterInfo],
 ) -> Vec<Option<i64>> {
     let max = snapshot.max_decision_count_excluding(own);
     clusters
         .iter()
         .map(|c| {
-            let count = snapshot
-                .decision_count(&c.name)
-                .saturating_sub(own.get(&*c.name).copied().unwrap_or(0));
+            // The mirrored count equals `snapshot.decision_count(name)`, without a lookup.
+            let count = c
+                .decisions
+                .saturating_sub(own_by_slot.get(c.slot).copied().unwrap_or(0));
             if count == 0 || max == 0 {
                 return Some(100);
             }
