@@ -1,6 +1,9 @@
 //! The Predicate filter: a cluster passes when it matches any predicate (OR); within one
 //! predicate the label, claim and CEL selectors must all match (AND). Empty selectors match all.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
 use ocm_api::cluster::v1beta1::ClusterPredicate;
 use ocm_api::selector::Selector;
 
@@ -14,7 +17,31 @@ pub const NAME: &str = "Predicate";
 struct Compiled {
     labels: Selector,
     claims: Selector,
-    cel: Option<CelSelector>,
+    cel: Option<Arc<CelSelector>>,
+}
+
+/// Compiled CEL selectors by their expressions. Compiling costs far more than evaluating
+/// (about 130 µs), and the same placements are scheduled again and again; a pure cache of a
+/// pure function, bounded by clearing it when full.
+type CompiledCel = Result<Arc<CelSelector>, String>;
+static CEL_CACHE: LazyLock<Mutex<HashMap<Vec<String>, CompiledCel>>> =
+    LazyLock::new(Mutex::default);
+const CEL_CACHE_LIMIT: usize = 4096;
+
+fn compile_cel(expressions: &[String]) -> Result<Arc<CelSelector>, String> {
+    if let Ok(cache) = CEL_CACHE.lock()
+        && let Some(hit) = cache.get(expressions)
+    {
+        return hit.clone();
+    }
+    let compiled = CelSelector::compile(expressions).map(Arc::new);
+    if let Ok(mut cache) = CEL_CACHE.lock() {
+        if cache.len() >= CEL_CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(expressions.to_vec(), compiled.clone());
+    }
+    compiled
 }
 
 /// The compiled predicates of one Placement.
@@ -37,7 +64,7 @@ impl Predicates {
             let cel = if exprs.is_empty() {
                 None
             } else {
-                Some(CelSelector::compile(exprs).map_err(bad)?)
+                Some(compile_cel(exprs).map_err(bad)?)
             };
             compiled.push(Compiled {
                 labels,

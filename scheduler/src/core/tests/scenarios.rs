@@ -572,3 +572,157 @@ fn schedule_to_cluster_with_least_decisions() {
     // b: Balance 100 (its own decision is not counted) + Steady 100.
     assert_eq!(selected(&o), ["b"]);
 }
+
+#[test]
+fn score_visibility_sort_scores_and_rate_limit() {
+    let mut w = World::new(vec![cluster("a"), cluster("b"), cluster("c")]);
+    for (c, v) in [("a", 10), ("b", 90), ("c", 50)] {
+        w.score(score(c, "r", &[("s", v)], None));
+    }
+    let mut p = placement(
+        "ns",
+        "p",
+        json!({"sortBy": "Score", "scoreRateLimit": "30s", "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 2}]}}),
+    );
+    let o = w.apply(&mut p);
+    let entries = |o: &crate::core::Outcome| -> Vec<(String, i64)> {
+        o.decisions[0]
+            .status
+            .as_ref()
+            .unwrap()
+            .decisions
+            .iter()
+            .map(|e| (e.cluster_name.clone(), e.score))
+            .collect()
+    };
+    // sortBy Score: best first; decisions[].score is the total.
+    assert_eq!(
+        entries(&o),
+        [("b".into(), 180), ("c".into(), 100), ("a".into(), 20)]
+    );
+    assert_eq!(o.placement_status.last_score_update_time, Some(at(0)));
+
+    // A score-only change inside the window is held, and a reschedule is asked for when it ends.
+    w.score(score("a", "r", &[("s", 100)], None));
+    let o = w.schedule(&p);
+    assert!(o.writes.is_empty());
+    assert_eq!(entries(&o)[0].0, "b");
+    assert_eq!(o.requeue_at, Some(at(30).0));
+    // After the window it is written, in the new order.
+    let o = crate::core::schedule(&w.snapshot, &p, at(30).0);
+    assert_eq!(
+        entries(&o),
+        [("a".into(), 200), ("b".into(), 180), ("c".into(), 100)]
+    );
+    assert_eq!(o.placement_status.last_score_update_time, Some(at(30)));
+
+    // Without sortBy the entries stay in name order, with their scores.
+    p.spec.sort_by = String::new();
+    p.status = None;
+    let o = w.schedule(&p);
+    assert_eq!(
+        entries(&o),
+        [("a".into(), 200), ("b".into(), 180), ("c".into(), 100)]
+    );
+    let _ = &mut w;
+}
+
+#[test]
+fn a_membership_change_is_written_at_once_even_inside_the_window() {
+    let mut w = World::new(vec![cluster("a"), cluster("b")]);
+    let mut p = placement("ns", "p", json!({"numberOfClusters": 1}));
+    w.apply(&mut p);
+    w.add(cluster("a").taint("k", "", "NoSelect", Some(at(0))));
+    let o = w.apply(&mut p);
+    assert_eq!(chosen(&o), ["b"]);
+    assert_eq!(writes(&o), ["status p-decision-1 1"]);
+}
+
+#[test]
+fn cel_predicates_on_labels_claims_and_scores() {
+    let mut w = World::new(vec![
+        cluster("c1")
+            .label("version", "1.2")
+            .claim("region", "us-east"),
+        cluster("c2")
+            .label("version", "1.3")
+            .claim("region", "us-west"),
+        cluster("c3")
+            .label("version", "1.3")
+            .claim("region", "us-east"),
+    ]);
+    for (c, v) in [("c1", 90), ("c2", 70), ("c3", 85)] {
+        w.score(score(c, "demo", &[("demo", v)], None));
+    }
+    let cel = |exprs: serde_json::Value| {
+        placement(
+            "ns",
+            "p",
+            json!({"predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": exprs}}}]}),
+        )
+    };
+    let cases = [
+        (
+            json!(["managedCluster.metadata.labels[\"version\"] == \"1.3\""]),
+            vec!["c2", "c3"],
+        ),
+        (
+            json!([
+                "managedCluster.status.clusterClaims.exists(c, c.name == \"region\" && c.value == \"us-east\")"
+            ]),
+            vec!["c1", "c3"],
+        ),
+        (
+            json!([
+                "managedCluster.scores(\"demo\").filter(s, s.name == 'demo').all(e, e.value > 80)"
+            ]),
+            vec!["c1", "c3"],
+        ),
+        // ANDed within the selector.
+        (
+            json!([
+                "managedCluster.metadata.labels[\"version\"] == \"1.3\"",
+                "managedCluster.scores(\"demo\").all(e, e.value > 80)"
+            ]),
+            vec!["c3"],
+        ),
+        // A missing score object, a missing key, a non-bool: false, not an error.
+        (
+            json!(["managedCluster.scores(\"nope\").size() == 0"]),
+            vec![],
+        ),
+        (
+            json!(["managedCluster.metadata.labels[\"missing\"] == \"x\""]),
+            vec![],
+        ),
+        (json!(["managedCluster.metadata.name"]), vec![]),
+    ];
+    for (exprs, want) in cases {
+        let o = w.schedule(&cel(exprs.clone()));
+        assert_eq!(chosen(&o), want, "{exprs}");
+        assert_eq!(o.status.code, Code::Success, "{exprs}");
+    }
+    // An invalid expression is a misconfiguration, with the compiler's message.
+    let o = w.schedule(&cel(json!(["xxxx.expression"])));
+    assert_eq!(o.status.code, Code::Misconfigured);
+    let msg = condition(&o, "PlacementMisconfigured").2;
+    assert!(msg.starts_with("Predicate:compilation failed: "), "{msg}");
+    // CEL ORs with other predicates like any selector.
+    let p = placement(
+        "ns",
+        "p",
+        json!({"predicates": [
+        {"requiredClusterSelector": {"celSelector": {"celExpressions": ["managedCluster.metadata.name == \"c1\""]}}},
+        {"requiredClusterSelector": {"labelSelector": {"matchLabels": {"version": "1.3"}}, "celSelector": {"celExpressions": ["managedCluster.metadata.name.endsWith(\"2\")"]}}}]}),
+    );
+    assert_eq!(chosen(&w.schedule(&p)), ["c1", "c2"]);
+    w.score(score("c2", "demo", &[("demo", 95)], None));
+    assert_eq!(
+        chosen(&w.schedule(&cel(json!([
+            "managedCluster.scores(\"demo\").all(e, e.value > 80)"
+        ])))),
+        ["c1", "c2", "c3"],
+        "a score update is seen"
+    );
+}
