@@ -8,7 +8,7 @@
 //! fits in 100), or, failing that, the clusters in transit are parked in a temporary object
 //! that is deleted at the end.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use ocm_api::cluster::v1beta1::PlacementDecisionStatus;
@@ -17,6 +17,18 @@ use ocm_api::{ClusterDecision, Placement, PlacementDecision};
 
 use super::groups::{Group, decision_name, decision_number};
 use super::snapshot::decision_entries;
+
+/// Decision entries for cluster names (no score: intermediate and parking objects).
+fn entries<'a>(names: impl IntoIterator<Item = &'a String>) -> Vec<ClusterDecision> {
+    names
+        .into_iter()
+        .map(|c| ClusterDecision {
+            cluster_name: c.clone(),
+            reason: String::new(),
+            score: 0,
+        })
+        .collect()
+}
 
 /// One write to the hub, in the order planned.
 #[derive(Debug, Clone, PartialEq)]
@@ -312,14 +324,7 @@ pub fn writes(
             let name = name_of(d);
             let mut union: BTreeSet<String> = state.get(&name).cloned().unwrap_or_default();
             union.extend(members(d));
-            let decisions: Vec<ClusterDecision> = union
-                .iter()
-                .map(|c| ClusterDecision {
-                    cluster_name: c.clone(),
-                    reason: String::new(),
-                    score: 0,
-                })
-                .collect();
+            let decisions = entries(&union);
             if old.contains_key(&name) {
                 status_write(&mut out, &name, decisions);
             } else {
@@ -351,14 +356,7 @@ pub fn writes(
         for chunk in transit.chunks(MAX_DECISIONS_PER_OBJECT) {
             spill_k += 1;
             let spill = decision_name(ctx.placement, spill_k);
-            let decisions = chunk
-                .iter()
-                .map(|c| ClusterDecision {
-                    cluster_name: c.clone(),
-                    reason: String::new(),
-                    score: 0,
-                })
-                .collect();
+            let decisions = entries(chunk);
             let labels = d.metadata.labels.clone().unwrap_or_default();
             create(
                 &mut out,
@@ -397,60 +395,71 @@ pub fn writes(
     out
 }
 
+/// The hub's PlacementDecisions as a sequence of writes leaves them: object -> clusters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replay(pub BTreeMap<String, BTreeSet<String>>);
+
+impl Replay {
+    pub fn new(existing: &[&PlacementDecision]) -> Self {
+        Self(
+            existing
+                .iter()
+                .map(|d| {
+                    let members = decision_entries(d)
+                        .map(|e| e.cluster_name.clone())
+                        .collect();
+                    (d.metadata.name.clone().unwrap_or_default(), members)
+                })
+                .collect(),
+        )
+    }
+
+    pub fn apply(&mut self, write: &Write) {
+        let names = |ds: &[ClusterDecision]| ds.iter().map(|e| e.cluster_name.clone()).collect();
+        match write {
+            Write::Create(d) => {
+                let members = d
+                    .status
+                    .as_ref()
+                    .map(|s| names(&s.decisions))
+                    .unwrap_or_default();
+                self.0.insert(write.decision_name().to_owned(), members);
+            }
+            Write::Status { name, status } => {
+                self.0.insert(name.clone(), names(&status.decisions));
+            }
+            Write::Labels { .. } => {}
+            Write::Delete { name } => {
+                self.0.remove(name);
+            }
+        }
+    }
+
+    /// Every cluster in some object.
+    pub fn clusters(&self) -> BTreeSet<String> {
+        self.0.values().flatten().cloned().collect()
+    }
+}
+
 /// Replays `writes` over `existing` and checks that every cluster in both `existing` and the
-/// final state is in some object after every write. Used by tests and by debug assertions.
+/// final state is in some object after every write, and no object holds more than 100.
 pub fn never_drops_kept(
     existing: &[&PlacementDecision],
     writes: &[PlannedWrite],
 ) -> Result<(), String> {
-    let mut state: HashMap<String, BTreeSet<String>> = existing
-        .iter()
-        .map(|d| {
-            (
-                d.metadata.name.clone().unwrap_or_default(),
-                decision_entries(d)
-                    .map(|e| e.cluster_name.clone())
-                    .collect(),
-            )
-        })
-        .collect();
-    let before: BTreeSet<String> = state.values().flatten().cloned().collect();
-    let mut states = Vec::new();
+    let mut state = Replay::new(existing);
+    let before = state.clusters();
+    let mut states = Vec::with_capacity(writes.len());
     for w in writes {
-        match &w.write {
-            Write::Create(d) => {
-                let cs = decision_entries(d)
-                    .map(|e| e.cluster_name.clone())
-                    .collect();
-                state.insert(w.write.decision_name().to_owned(), cs);
-            }
-            Write::Status { name, status } => {
-                state.insert(
-                    name.clone(),
-                    status
-                        .decisions
-                        .iter()
-                        .map(|e| e.cluster_name.clone())
-                        .collect(),
-                );
-            }
-            Write::Labels { .. } => {}
-            Write::Delete { name } => {
-                state.remove(name);
-            }
+        state.apply(&w.write);
+        if let Some((n, cs)) = state
+            .0
+            .iter()
+            .find(|(_, cs)| cs.len() > MAX_DECISIONS_PER_OBJECT)
+        {
+            return Err(format!("{n} holds {} clusters", cs.len()));
         }
-        for (n, cs) in &state {
-            if cs.len() > MAX_DECISIONS_PER_OBJECT {
-                return Err(format!("{n} holds {} clusters", cs.len()));
-            }
-        }
-        states.push(
-            state
-                .values()
-                .flatten()
-                .cloned()
-                .collect::<BTreeSet<String>>(),
-        );
+        states.push(state.clusters());
     }
     let after = states.last().cloned().unwrap_or_else(|| before.clone());
     for (i, s) in states.iter().enumerate() {
@@ -461,4 +470,15 @@ pub fn never_drops_kept(
         }
     }
     Ok(())
+}
+
+/// A one-line summary of a write (`create <name>`, `status <name> <n>`, ...), for reports
+/// and tests.
+pub fn summary(w: &Write) -> String {
+    match w {
+        Write::Create(_) => format!("create {}", w.decision_name()),
+        Write::Status { name, status } => format!("status {name} {}", status.decisions.len()),
+        Write::Labels { name, .. } => format!("labels {name}"),
+        Write::Delete { name } => format!("delete {name}"),
+    }
 }

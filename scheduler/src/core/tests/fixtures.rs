@@ -270,3 +270,12 @@ pub fn condition<'a>(o: &'a Outcome, t: &str) -> (&'a str, &'a str, &'a str) {
         .unwrap();
     (c.status.as_str(), c.reason.as_str(), c.message.as_str())
 }
+
+/// `<cluster>: <reason>` for what filter `i` dropped.
+pub fn dropped(o: &Outcome, i: usize) -> Vec<String> {
+    o.filters[i]
+        .dropped
+        .iter()
+        .map(|(n, r)| format!("{n}: {r}"))
+        .collect()
+}

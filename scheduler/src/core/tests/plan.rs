@@ -1,12 +1,10 @@
 //! Write ordering: a cluster selected before and after a pass is in some PlacementDecision
 //! after every single write (upstream ocm#1346), and the writes end in the desired state.
 
-use std::collections::BTreeMap;
-
 use serde_json::json;
 
 use super::fixtures::*;
-use crate::core::plan::{self, EventContext, Write, never_drops_kept};
+use crate::core::plan::{self, EventContext, Replay, never_drops_kept};
 use ocm_api::PlacementDecision;
 
 fn names(prefix: &str, r: std::ops::Range<usize>) -> Vec<String> {
@@ -16,59 +14,6 @@ fn names(prefix: &str, r: std::ops::Range<usize>) -> Vec<String> {
 fn pd(k: u32, clusters: &[String]) -> PlacementDecision {
     let refs: Vec<&str> = clusters.iter().map(String::as_str).collect();
     decision("ns", "p", k, (0, ""), &refs)
-}
-
-/// Replays writes and returns the final objects' members.
-fn replay(
-    existing: &[PlacementDecision],
-    writes: &[plan::PlannedWrite],
-) -> BTreeMap<String, Vec<String>> {
-    let mut state: BTreeMap<String, Vec<String>> = existing
-        .iter()
-        .map(|d| {
-            (
-                d.metadata.name.clone().unwrap(),
-                d.status
-                    .as_ref()
-                    .unwrap()
-                    .decisions
-                    .iter()
-                    .map(|e| e.cluster_name.clone())
-                    .collect(),
-            )
-        })
-        .collect();
-    for w in writes {
-        match &w.write {
-            Write::Create(d) => {
-                state.insert(
-                    d.metadata.name.clone().unwrap(),
-                    d.status
-                        .as_ref()
-                        .unwrap()
-                        .decisions
-                        .iter()
-                        .map(|e| e.cluster_name.clone())
-                        .collect(),
-                );
-            }
-            Write::Status { name, status } => {
-                state.insert(
-                    name.clone(),
-                    status
-                        .decisions
-                        .iter()
-                        .map(|e| e.cluster_name.clone())
-                        .collect(),
-                );
-            }
-            Write::Labels { .. } => {}
-            Write::Delete { name } => {
-                state.remove(name);
-            }
-        }
-    }
-    state
 }
 
 fn check(existing: Vec<PlacementDecision>, desired: Vec<PlacementDecision>) -> Vec<String> {
@@ -82,31 +27,13 @@ fn check(existing: Vec<PlacementDecision>, desired: Vec<PlacementDecision>) -> V
     let refs: Vec<&PlacementDecision> = existing.iter().collect();
     let writes = plan::writes(&p, "ns", &refs, &desired, &ctx);
     never_drops_kept(&refs, &writes).unwrap();
-    let want: BTreeMap<String, Vec<String>> = desired
-        .iter()
-        .map(|d| {
-            (
-                d.metadata.name.clone().unwrap(),
-                d.status
-                    .as_ref()
-                    .unwrap()
-                    .decisions
-                    .iter()
-                    .map(|e| e.cluster_name.clone())
-                    .collect(),
-            )
-        })
-        .collect();
-    assert_eq!(replay(&existing, &writes), want);
-    writes
-        .iter()
-        .map(|w| match &w.write {
-            Write::Create(d) => format!("create {}", d.metadata.name.as_deref().unwrap()),
-            Write::Status { name, status } => format!("status {name} {}", status.decisions.len()),
-            Write::Labels { name, .. } => format!("labels {name}"),
-            Write::Delete { name } => format!("delete {name}"),
-        })
-        .collect()
+    let mut state = Replay::new(&refs);
+    for w in &writes {
+        state.apply(&w.write);
+    }
+    let want = Replay::new(&desired.iter().collect::<Vec<_>>());
+    assert_eq!(state, want);
+    writes.iter().map(|w| plan::summary(&w.write)).collect()
 }
 
 #[test]

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::fixtures::*;
-use crate::core::plan::Write;
 use crate::core::{Code, EventType, Snapshot, schedule};
 
 fn five() -> World {
@@ -16,14 +15,7 @@ fn five() -> World {
 fn writes(o: &crate::core::Outcome) -> Vec<String> {
     o.writes
         .iter()
-        .map(|w| match &w.write {
-            Write::Create(d) => {
-                format!("create {}", d.metadata.name.as_deref().unwrap_or_default())
-            }
-            Write::Status { name, status } => format!("status {name} {}", status.decisions.len()),
-            Write::Labels { name, .. } => format!("labels {name}"),
-            Write::Delete { name } => format!("delete {name}"),
-        })
+        .map(|w| crate::core::plan::summary(&w.write))
         .collect()
 }
 
@@ -322,13 +314,8 @@ fn predicates_or_across_and_within() {
     );
     let o = w.schedule(&p);
     assert_eq!(chosen(&o), ["a", "c"]);
-    let dropped: Vec<String> = o.filters[0]
-        .dropped
-        .iter()
-        .map(|(n, r)| format!("{n}: {r}"))
-        .collect();
     assert_eq!(
-        dropped,
+        dropped(&o, 0),
         [
             "b: predicate 1: claimSelector does not match; predicate 2: labelSelector does not match",
             "d: predicate 1: labelSelector does not match; predicate 2: labelSelector does not match",
@@ -424,13 +411,8 @@ fn toleration_seconds_expire_and_requeue() {
     let o = w.apply(&mut p);
     // a: added 5 s ago, 20 s tolerated -> in; b: 30 s ago -> expired; c: no timeAdded -> expired.
     assert_eq!(chosen(&o), ["a"]);
-    let reasons: Vec<String> = o.filters[1]
-        .dropped
-        .iter()
-        .map(|(n, r)| format!("{n}: {r}"))
-        .collect();
     assert_eq!(
-        reasons,
+        dropped(&o, 1),
         [
             "b: taint k:NoSelect: toleration expired",
             "c: taint k:NoSelect: toleration expired"

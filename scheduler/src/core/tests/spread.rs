@@ -18,13 +18,8 @@ fn world() -> World {
 fn do_not_schedule_drops_clusters_without_the_key() {
     let o = world().schedule(&placement("ns", "p", json!({"spreadPolicy": {"spreadConstraints": [
         {"topologyKey": "zone", "topologyKeyType": "Label", "whenUnsatisfiable": "DoNotSchedule"}]}})));
-    let dropped: Vec<String> = o.filters[2]
-        .dropped
-        .iter()
-        .map(|(n, r)| format!("{n}: {r}"))
-        .collect();
     assert_eq!(
-        dropped,
+        dropped(&o, 2),
         ["none: no value for topology key zone (DoNotSchedule spread)"]
     );
     // Without numberOfClusters: as many as the skew allows (a1, a2, b1; a3 would make 3-1).

@@ -173,13 +173,8 @@ fn v8_tolerations_and_no_select_if_new_stickiness() {
     );
     let o = w.apply(&mut p);
     assert_eq!(chosen(&o), ["c2", "c3"]);
-    let dropped: Vec<String> = o.filters[1]
-        .dropped
-        .iter()
-        .map(|(n, r)| format!("{n}: {r}"))
-        .collect();
     assert_eq!(
-        dropped,
+        dropped(&o, 1),
         [
             "c0: taint key1=value1:NoSelect is not tolerated",
             "c1: taint key2=value2:NoSelectIfNew is not tolerated"
