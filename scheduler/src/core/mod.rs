@@ -382,10 +382,11 @@ pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> O
         _ => 0,
     };
     let filtered: Vec<Name> = s.filtered.iter().map(|c| c.name.clone()).collect();
-    let total_of: HashMap<&str, i64> = filtered
+    // Totals of the selected clusters (what their decisions carry).
+    let total_of: HashMap<&str, i64> = s
+        .selected
         .iter()
-        .map(|n| &**n)
-        .zip(s.totals.iter().copied())
+        .map(|&i| (&*s.filtered[i].name, s.totals[i]))
         .collect();
 
     // Groups and objects. An Error (inputs we could not read) keeps the current decisions.
@@ -444,51 +445,44 @@ pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> O
     if keep_current {
         decisions = existing.iter().map(|d| (*d).clone()).collect();
     } else {
-        let old_by_name: HashMap<&str, &PlacementDecision> = existing
+        // The API's rule: score changes that do not change the selected set of clusters are
+        // not reflected more often than `scoreRateLimit`. Inside the window each cluster keeps
+        // the score last written for it (and `sortBy: Score` its order).
+        let old_scores: HashMap<&str, i64> = existing
             .iter()
-            .filter_map(|d| Some((d.metadata.name.as_deref()?, *d)))
+            .flat_map(|d| decision_entries(d))
+            .map(|e| (e.cluster_name.as_str(), e.score))
             .collect();
-        let scores_of = |d: &PlacementDecision| -> Vec<(String, i64)> {
-            let mut v: Vec<(String, i64)> = decision_entries(d)
-                .map(|e| (e.cluster_name.clone(), e.score))
-                .collect();
-            v.sort();
-            v
-        };
+        let same_selection = old_scores.len() == total_of.len()
+            && total_of.keys().all(|c| old_scores.contains_key(c));
+        let scores_changed = total_of.iter().any(|(c, t)| old_scores.get(c) != Some(t));
         let limit = rate_limit(&spec.score_rate_limit);
         let window_end = last_score_update
             .as_ref()
             .and_then(|t| t.0.checked_add(limit).ok())
             .filter(|end| now < *end);
-        let mut flushed = false;
-        let mut held = false;
-        for d in &mut decisions {
-            let old = d.metadata.name.as_deref().and_then(|n| old_by_name.get(n));
-            let Some(old) = old else {
-                flushed |= decision_entries(d).next().is_some();
-                continue;
-            };
-            if old.status == d.status {
-                continue;
+        match window_end {
+            Some(end) if same_selection && scores_changed => {
+                for d in &mut decisions {
+                    if let Some(st) = d.status.as_mut() {
+                        for e in &mut st.decisions {
+                            if let Some(old) = old_scores.get(e.cluster_name.as_str()) {
+                                e.score = *old;
+                            }
+                        }
+                        if by_score {
+                            st.decisions.sort_by(|a, b| {
+                                b.score
+                                    .cmp(&a.score)
+                                    .then_with(|| a.cluster_name.cmp(&b.cluster_name))
+                            });
+                        }
+                    }
+                }
+                requeue_at = earliest(requeue_at, Some(end));
             }
-            let (new_scores, old_scores) = (scores_of(d), scores_of(old));
-            let same_members = new_scores
-                .iter()
-                .map(|(c, _)| c)
-                .eq(old_scores.iter().map(|(c, _)| c));
-            if same_members && window_end.is_some() && new_scores != old_scores {
-                // Only scores (or their order) changed inside the window: keep the object
-                // as it is until the window ends.
-                d.status = old.status.clone();
-                held = true;
-            } else if new_scores != old_scores {
-                flushed = true;
-            }
-        }
-        if held {
-            requeue_at = earliest(requeue_at, window_end);
-        } else if flushed {
-            last_score_update = Some(Time(now));
+            _ if scores_changed => last_score_update = Some(Time(now)),
+            _ => {}
         }
     }
 

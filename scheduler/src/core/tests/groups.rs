@@ -214,7 +214,11 @@ fn a_joining_cluster_does_not_shift_others() {
     );
     assert_eq!(groups(&o)[3], g(3, "", &["p-decision-4"], 1));
     assert_eq!(members(&o, "p-decision-4"), ["b0"]);
-    assert_eq!(o.writes.len(), 1, "only the new object is written");
+    // Every object keeps its clusters (the others' writes only refresh scores: the selection
+    // changed, so scores are written, as scoreRateLimit says).
+    for (k, want) in [(1, ["c1", "c2"]), (2, ["c3", "c4"]), (3, ["c5", "c6"])] {
+        assert_eq!(members(&o, &format!("p-decision-{k}")), want);
+    }
 }
 
 #[test]

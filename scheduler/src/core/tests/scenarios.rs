@@ -499,9 +499,10 @@ fn writes_create_update_label_only_no_change_and_leftovers() {
     // A user-made object with the placement label is deleted; so is a renamed leftover.
     w.decision(decision("ns", "p", 9, (0, ""), &["c5"]));
     let o = w.apply(&mut p);
-    assert_eq!(writes(&o), ["delete p-decision-9"]);
+    // The selection seen on the hub changed (c5 left), so the scores are refreshed too.
+    assert_eq!(writes(&o), ["status p-decision-1 2", "delete p-decision-9"]);
     assert_eq!(
-        o.events().next().unwrap().note,
+        o.events().last().unwrap().note,
         "Decision p-decision-9 is deleted with placement p in namespace ns"
     );
 
