@@ -1,4 +1,6 @@
 //! The OCM placement scheduler: a sans-IO scheduling core ([`core`]) and [`simulate`].
 
+pub mod controller;
 pub mod core;
+pub mod debug;
 pub mod simulate;

@@ -108,6 +108,17 @@ pub fn is_disabled(placement: &Placement) -> bool {
         .is_some_and(|v| v == "true")
 }
 
+/// Observes the steps of one scheduling pass: the controller times them for its metrics.
+/// The core only says when a step ends; it never reads a clock itself.
+pub trait Laps {
+    /// `step_type` is `eligible`, `filter`, `prioritizer`, `selector` or `bind`.
+    fn lap(&mut self, step_type: &'static str, step: &str);
+}
+
+impl Laps for () {
+    fn lap(&mut self, _: &'static str, _: &str) {}
+}
+
 /// What the filter/prioritize/select part produced.
 #[derive(Default)]
 struct Scheduled<'a> {
@@ -138,6 +149,7 @@ fn run<'a>(
     own_by_slot: &[u32],
     now: Timestamp,
     out: &mut Scheduled<'a>,
+    laps: &mut dyn Laps,
 ) -> Result<Status, Status> {
     let own_of = |c: &ClusterInfo| own_by_slot.get(c.slot).copied().unwrap_or(0);
     let spec = &placement.spec;
@@ -170,16 +182,19 @@ fn run<'a>(
         predicates.check(c, snapshot)
     });
     out.filters.push(result);
+    laps.lap("filter", filter::predicate::NAME);
     let tolerations = &spec.tolerations;
     let (kept, result) = filter::apply(filter::taint::NAME, kept, |c| {
         filter::taint::check(c.taints(), tolerations, own_of(c) > 0, now)
     });
     out.filters.push(result);
+    laps.lap("filter", filter::taint::NAME);
     let kept = if constraints.iter().any(|c| c.hard) {
         let (kept, result) = filter::apply(select::PLUGIN, kept, |c| {
             select::missing_key(&constraints, &topologies, c)
         });
         out.filters.push(result);
+        laps.lap("filter", select::PLUGIN);
         kept
     } else {
         kept
@@ -247,6 +262,7 @@ fn run<'a>(
                 *t += i64::from(w.weight) * s;
             }
         }
+        laps.lap("prioritizer", &w.name);
         results.push(PrioritizerResult {
             name: w.name,
             weight: w.weight,
@@ -259,10 +275,12 @@ fn run<'a>(
     let n = wanted.unwrap_or(filtered.len()).min(filtered.len());
     if constraints.is_empty() {
         out.selected = select::top_n(&totals, n);
+        laps.lap("selector", "TopN");
     } else {
         let (picked, report) = select::spread(&constraints, &topologies, filtered, &totals, n);
         out.selected = picked;
         out.spread = Some(report);
+        laps.lap("selector", select::PLUGIN);
     }
     out.totals = totals;
     Ok(warning)
@@ -270,6 +288,16 @@ fn run<'a>(
 
 /// Schedules one Placement against a snapshot at time `now`.
 pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> Outcome {
+    schedule_with(snapshot, placement, now, &mut ())
+}
+
+/// [`schedule`], reporting the end of each step to `laps`.
+pub fn schedule_with(
+    snapshot: &Snapshot,
+    placement: &Placement,
+    now: Timestamp,
+    laps: &mut dyn Laps,
+) -> Outcome {
     let namespace = placement
         .metadata
         .namespace
@@ -355,6 +383,7 @@ pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> O
         }
     }
     let available: Vec<Name> = candidates.iter().map(|c| c.name.clone()).collect();
+    laps.lap("eligible", "ClusterSets");
 
     let mut s = Scheduled::default();
     if !status.is_error() {
@@ -366,6 +395,7 @@ pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> O
             &own_by_slot,
             now,
             &mut s,
+            laps,
         ) {
             Ok(st) => status = st,
             Err(st) => {
@@ -598,6 +628,7 @@ pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> O
         last_score_update_time: last_score_update,
     };
 
+    laps.lap("bind", "PlacementDecisions");
     Outcome {
         namespace,
         name,

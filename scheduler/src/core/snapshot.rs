@@ -521,6 +521,60 @@ impl Snapshot {
             .collect()
     }
 
+    /// Names of all ManagedClusterSets.
+    pub fn set_names(&self) -> Vec<String> {
+        self.sets.keys().cloned().collect()
+    }
+
+    /// `(namespace, name)` of all bindings.
+    pub fn binding_keys(&self) -> Vec<(String, String)> {
+        self.bindings
+            .iter()
+            .flat_map(|(ns, names)| names.iter().map(move |n| (ns.clone(), n.clone())))
+            .collect()
+    }
+
+    /// `(namespace, name)` of all AddOnPlacementScores.
+    pub fn score_keys(&self) -> Vec<(String, String)> {
+        self.scores
+            .iter()
+            .flat_map(|(ns, names)| names.keys().map(move |n| (ns.clone(), n.clone())))
+            .collect()
+    }
+
+    /// `(namespace, name)` of all PlacementDecisions.
+    pub fn decision_keys(&self) -> Vec<(String, String)> {
+        self.decisions
+            .iter()
+            .flat_map(|(ns, names)| names.keys().map(move |n| (ns.clone(), n.clone())))
+            .collect()
+    }
+
+    /// Object counts by kind (for metrics).
+    pub fn counts(&self) -> [(&'static str, usize); 5] {
+        [
+            ("ManagedCluster", self.clusters.len()),
+            ("ManagedClusterSet", self.sets.len()),
+            (
+                "ManagedClusterSetBinding",
+                self.bindings.values().map(BTreeSet::len).sum(),
+            ),
+            (
+                "AddOnPlacementScore",
+                self.scores.values().map(BTreeMap::len).sum(),
+            ),
+            (
+                "PlacementDecision",
+                self.decisions.values().map(BTreeMap::len).sum(),
+            ),
+        ]
+    }
+
+    /// One PlacementDecision.
+    pub fn decision(&self, namespace: &str, name: &str) -> Option<Arc<PlacementDecision>> {
+        self.decisions.get(namespace)?.get(name).cloned()
+    }
+
     /// All PlacementDecisions, by namespace then name.
     pub fn all_decisions(&self) -> impl Iterator<Item = &PlacementDecision> {
         self.decisions
@@ -557,6 +611,42 @@ impl Snapshot {
             }
         }
         best
+    }
+
+    /// The clustersets whose selector matches a cluster object (it need not be in the
+    /// snapshot: the controller asks about the old and the new version of a changed cluster).
+    /// A set with an unreadable selector counts as containing it, so nothing is missed.
+    pub fn sets_containing(&self, cluster: &ManagedCluster) -> Vec<&str> {
+        let labels = cluster.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+        self.sets
+            .iter()
+            .filter(|(name, set)| {
+                let sel = &set.spec.cluster_selector;
+                match sel.selector_type.as_str() {
+                    "" | selector_type::EXCLUSIVE_CLUSTERSET_LABEL => {
+                        labels.get(label::CLUSTERSET) == Some(*name)
+                    }
+                    selector_type::LABEL_SELECTOR => match &sel.label_selector {
+                        None => false,
+                        Some(ls) => {
+                            Selector::from_label_selector(ls).is_ok_and(|s| s.matches(labels))
+                                || Selector::from_label_selector(ls).is_err()
+                        }
+                    },
+                    _ => true,
+                }
+            })
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+
+    /// The namespaces with a binding named `set`.
+    pub fn namespaces_binding(&self, set: &str) -> Vec<&str> {
+        self.bindings
+            .iter()
+            .filter(|(_, names)| names.contains(set))
+            .map(|(ns, _)| ns.as_str())
+            .collect()
     }
 
     /// The members of a clusterset (slots, in name order), or why they cannot be known.

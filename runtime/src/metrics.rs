@@ -1,0 +1,226 @@
+//! `/metrics`, `/healthz` and `/readyz` on one port, the endpoints Prometheus and the kubelet
+//! probe. Readiness and liveness are separate on purpose: a standby replica or one still
+//! filling its caches is alive but not ready, and must not be restarted for it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use http::{Method, Request, StatusCode};
+use prometheus_client::registry::Registry;
+use thiserror::Error;
+use tokio::net::TcpListener;
+
+use crate::http::{HttpResponse, respond, serve};
+
+/// The OpenMetrics text format, what `prometheus_client::encoding::text` writes.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Flags for the metrics and health server.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Where to serve /metrics, /healthz and /readyz.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: SocketAddr,
+}
+
+impl ServeArgs {
+    /// Binds `--metrics-bind-address`.
+    pub async fn bind(&self) -> Result<TcpListener, ServeError> {
+        TcpListener::bind(self.metrics_bind_address)
+            .await
+            .map_err(|source| ServeError::Bind {
+                address: self.metrics_bind_address,
+                source,
+            })
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error("cannot listen on {address} (--metrics-bind-address): {source}")]
+    Bind {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Whether the process is alive and ready, set by the code that knows. Clones share the state.
+/// A new `Health` is healthy and not ready (`starting`).
+#[derive(Clone, Debug)]
+pub struct Health {
+    inner: Arc<Mutex<HealthState>>,
+}
+
+#[derive(Debug)]
+struct HealthState {
+    /// `None` when healthy, else why not.
+    unhealthy: Option<String>,
+    /// `None` when ready, else why not.
+    not_ready: Option<String>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Health {
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(HealthState {
+                unhealthy: None,
+                not_ready: Some("starting".into()),
+            })),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        // Two plain fields: a panic elsewhere cannot leave them half-written.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ready, or not ready with the reason `not ready`.
+    pub fn set_ready(&self, ready: bool) {
+        self.state().not_ready = (!ready).then(|| "not ready".into());
+    }
+
+    /// Not ready, saying why (`/readyz` answers 503 with it).
+    pub fn set_not_ready(&self, reason: impl Into<String>) {
+        self.state().not_ready = Some(reason.into());
+    }
+
+    /// Healthy, or unhealthy with the reason `unhealthy`.
+    pub fn set_healthy(&self, healthy: bool) {
+        self.state().unhealthy = (!healthy).then(|| "unhealthy".into());
+    }
+
+    /// Unhealthy, saying why (`/healthz` answers 500 with it; the kubelet restarts the pod).
+    pub fn set_unhealthy(&self, reason: impl Into<String>) {
+        self.state().unhealthy = Some(reason.into());
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.state().not_ready.is_none()
+    }
+
+    pub fn is_healthy(&self) -> bool {
+        self.state().unhealthy.is_none()
+    }
+}
+
+/// Serves `/metrics` from `registry`, `/healthz` and `/readyz` from `health` on `listener`
+/// until `shutdown` completes.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    health: Health,
+    shutdown: impl Future<Output = ()>,
+) {
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    }
+    let handler = move |req: Request<hyper::body::Incoming>| {
+        let response = handle(&registry, &health, &req)
+            .unwrap_or_else(|| respond(StatusCode::NOT_FOUND, TEXT, "not found\n"));
+        async move { response }
+    };
+    serve(listener, None, handler, shutdown).await;
+}
+
+/// The answer for `/metrics`, `/healthz` and `/readyz`, or `None` for any other path, so that
+/// another server (the scheduler's debug endpoint) can serve them too.
+pub fn handle<B>(registry: &Registry, health: &Health, req: &Request<B>) -> Option<HttpResponse> {
+    let path = req.uri().path();
+    if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
+        return None;
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n");
+        r.headers_mut().insert(
+            http::header::ALLOW,
+            http::HeaderValue::from_static("GET, HEAD"),
+        );
+        return Some(r);
+    }
+    Some(match path {
+        "/metrics" => {
+            let mut text = String::new();
+            match prometheus_client::encoding::text::encode(&mut text, registry) {
+                Ok(()) => respond(StatusCode::OK, OPENMETRICS_CONTENT_TYPE, text),
+                Err(e) => {
+                    tracing::error!(error = %e, "encoding the metrics failed");
+                    respond(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        TEXT,
+                        "encoding the metrics failed\n",
+                    )
+                }
+            }
+        }
+        "/healthz" => match health.state().unhealthy.clone() {
+            None => respond(StatusCode::OK, TEXT, "ok\n"),
+            Some(why) => respond(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{why}\n")),
+        },
+        _ => match health.state().not_ready.clone() {
+            None => respond(StatusCode::OK, TEXT, "ok\n"),
+            Some(why) => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::Parser;
+
+    fn get(path: &str) -> Request<()> {
+        Request::get(path).body(()).unwrap()
+    }
+
+    #[test]
+    fn health_transitions() {
+        let h = Health::new();
+        assert!(h.is_healthy());
+        assert!(!h.is_ready());
+        let r = Registry::default();
+        let ready = |h: &Health| handle(&r, h, &get("/readyz")).unwrap().status();
+        assert_eq!(ready(&h), StatusCode::SERVICE_UNAVAILABLE);
+        h.set_ready(true);
+        assert_eq!(ready(&h), StatusCode::OK);
+        h.clone().set_not_ready("waiting for the Lease");
+        assert_eq!(ready(&h), StatusCode::SERVICE_UNAVAILABLE);
+        h.set_unhealthy("watch stuck");
+        assert!(!h.is_healthy());
+        h.set_healthy(true);
+        assert!(h.is_healthy());
+    }
+
+    #[test]
+    fn routes() {
+        let r = Registry::default();
+        let h = Health::new();
+        assert!(handle(&r, &h, &get("/")).is_none());
+        assert!(handle(&r, &h, &get("/metricsx")).is_none());
+        let post = Request::post("/metrics").body(()).unwrap();
+        let resp = handle(&r, &h, &post).unwrap();
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(resp.headers()[http::header::ALLOW], "GET, HEAD");
+    }
+
+    #[test]
+    fn bind_address_flag() {
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let cli = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(cli.serve.metrics_bind_address.to_string(), "0.0.0.0:8080");
+        assert!(Cli::try_parse_from(["x", "--metrics-bind-address=nowhere"]).is_err());
+    }
+}

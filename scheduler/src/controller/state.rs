@@ -1,0 +1,249 @@
+//! The controller's in-memory view of the hub: the scheduling snapshot, the Placements, and
+//! the index of what each Placement reads. Watches write it; workers read it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use ocm_api::{
+    AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
+    PlacementDecision,
+};
+
+use super::triggers::{Index, Key, key_of};
+use crate::core::Snapshot;
+use crate::core::snapshot::decision_entries;
+
+#[derive(Default)]
+pub struct State {
+    pub snapshot: Snapshot,
+    pub placements: BTreeMap<Key, Arc<Placement>>,
+    pub index: Index,
+}
+
+/// Shared between the watches (writers) and the workers (readers). Never held across an await.
+#[derive(Clone, Default)]
+pub struct Shared(Arc<RwLock<State>>);
+
+impl Shared {
+    pub fn read(&self) -> RwLockReadGuard<'_, State> {
+        match self.0.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, State> {
+        match self.0.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}
+
+/// `resourceVersion` as a number, when it is one (etcd's revisions are). Used only to skip a
+/// watch event older than what a write of ours already put in the cache.
+fn revision(rv: Option<&String>) -> Option<u64> {
+    rv.and_then(|v| v.parse().ok())
+}
+
+fn is_older(incoming: Option<&String>, cached: Option<&String>) -> bool {
+    matches!((revision(incoming), revision(cached)), (Some(i), Some(c)) if i < c)
+}
+
+impl State {
+    /// The placements an object of each kind can affect, computed before and after a change.
+    pub fn affected_by_cluster(&self, cluster: &ManagedCluster) -> BTreeSet<Key> {
+        let mut out = BTreeSet::new();
+        for set in self.snapshot.sets_containing(cluster) {
+            for ns in self.snapshot.namespaces_binding(set) {
+                out.extend(self.index.using_set(ns, set).cloned());
+            }
+        }
+        out
+    }
+
+    pub fn affected_by_set(&self, set: &str) -> BTreeSet<Key> {
+        let mut out = BTreeSet::new();
+        for ns in self.snapshot.namespaces_binding(set) {
+            out.extend(self.index.using_set(ns, set).cloned());
+        }
+        out
+    }
+
+    /// Applies a ManagedCluster; returns the placements to reschedule.
+    pub fn apply_cluster(&mut self, c: ManagedCluster) -> BTreeSet<Key> {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let old = self.snapshot.cluster(&name).map(|i| i.object.clone());
+        if let Some(old) = &old
+            && same_content(&old.metadata, &c.metadata)
+            && old.spec == c.spec
+            && old.status == c.status
+        {
+            return BTreeSet::new();
+        }
+        let mut out = old
+            .map(|o| self.affected_by_cluster(&o))
+            .unwrap_or_default();
+        out.extend(self.affected_by_cluster(&c));
+        self.snapshot.upsert_cluster(Arc::new(c));
+        out
+    }
+
+    pub fn delete_cluster(&mut self, name: &str) -> BTreeSet<Key> {
+        let out = self
+            .snapshot
+            .cluster(name)
+            .map(|i| self.affected_by_cluster(&i.object.clone()))
+            .unwrap_or_default();
+        self.snapshot.remove_cluster(name);
+        out
+    }
+
+    pub fn apply_set(&mut self, s: ManagedClusterSet) -> BTreeSet<Key> {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        if self
+            .snapshot
+            .set(&name)
+            .is_some_and(|old| old.spec == s.spec)
+        {
+            return BTreeSet::new();
+        }
+        self.snapshot.upsert_set(Arc::new(s));
+        self.affected_by_set(&name)
+    }
+
+    pub fn delete_set(&mut self, name: &str) -> BTreeSet<Key> {
+        let out = self.affected_by_set(name);
+        self.snapshot.remove_set(name);
+        out
+    }
+
+    pub fn apply_binding(&mut self, b: &ManagedClusterSetBinding) -> BTreeSet<Key> {
+        let ns = b.metadata.namespace.clone().unwrap_or_default();
+        let name = b.metadata.name.clone().unwrap_or_default();
+        if self.snapshot.bindings(&ns).any(|n| n == name) {
+            return BTreeSet::new();
+        }
+        self.snapshot.upsert_binding(b);
+        self.index.using_set(&ns, &name).cloned().collect()
+    }
+
+    pub fn delete_binding(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
+        self.snapshot.remove_binding(ns, name);
+        self.index.using_set(ns, name).cloned().collect()
+    }
+
+    pub fn apply_score(&mut self, s: AddOnPlacementScore) -> BTreeSet<Key> {
+        let ns = s.metadata.namespace.clone().unwrap_or_default();
+        let name = s.metadata.name.clone().unwrap_or_default();
+        if self
+            .snapshot
+            .score(&ns, &name)
+            .is_some_and(|old| old.status == s.status)
+        {
+            return BTreeSet::new();
+        }
+        self.snapshot.upsert_score(Arc::new(s));
+        self.index.for_score(&name).cloned().collect()
+    }
+
+    pub fn delete_score(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
+        self.snapshot.remove_score(ns, name);
+        self.index.for_score(name).cloned().collect()
+    }
+
+    /// Applies a PlacementDecision. Its own placement is rescheduled (a user edit is
+    /// overwritten); when the clusters it holds changed, so are the placements using Balance.
+    pub fn apply_decision(&mut self, d: PlacementDecision) -> BTreeSet<Key> {
+        let ns = d.metadata.namespace.clone().unwrap_or_default();
+        let name = d.metadata.name.clone().unwrap_or_default();
+        let old = self.snapshot.decision(&ns, &name);
+        if let Some(old) = &old
+            && (is_older(
+                d.metadata.resource_version.as_ref(),
+                old.metadata.resource_version.as_ref(),
+            ) || (old.metadata.labels == d.metadata.labels && old.status == d.status))
+        {
+            return BTreeSet::new();
+        }
+        let members = |d: &PlacementDecision| {
+            decision_entries(d)
+                .map(|e| e.cluster_name.clone())
+                .collect::<BTreeSet<_>>()
+        };
+        let moved = old.as_ref().is_none_or(|o| members(o) != members(&d));
+        let mut out = BTreeSet::new();
+        for x in old.iter().map(|o| &**o).chain(std::iter::once(&d)) {
+            if let Some(p) = placement_label(x) {
+                out.insert((ns.clone(), p.to_owned()));
+            }
+        }
+        if moved {
+            out.extend(self.index.balance_users().cloned());
+        }
+        self.snapshot.upsert_decision(Arc::new(d));
+        out
+    }
+
+    pub fn delete_decision(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
+        let mut out = BTreeSet::new();
+        if let Some(old) = self.snapshot.decision(ns, name) {
+            if let Some(p) = placement_label(&old) {
+                out.insert((ns.to_owned(), p.to_owned()));
+            }
+            if decision_entries(&old).next().is_some() {
+                out.extend(self.index.balance_users().cloned());
+            }
+        }
+        self.snapshot.remove_decision(ns, name);
+        out
+    }
+
+    pub fn apply_placement(&mut self, p: Placement) -> BTreeSet<Key> {
+        let key = key_of(&p);
+        if let Some(old) = self.placements.get(&key) {
+            if is_older(
+                p.metadata.resource_version.as_ref(),
+                old.metadata.resource_version.as_ref(),
+            ) {
+                return BTreeSet::new();
+            }
+            // Our own status write comes back as an event: nothing to do if only status moved.
+            if old.spec == p.spec
+                && old.metadata.annotations == p.metadata.annotations
+                && old.metadata.deletion_timestamp == p.metadata.deletion_timestamp
+                && old.metadata.uid == p.metadata.uid
+            {
+                self.placements.insert(key, Arc::new(p));
+                return BTreeSet::new();
+            }
+        }
+        self.index.upsert(&p);
+        self.placements.insert(key.clone(), Arc::new(p));
+        BTreeSet::from([key])
+    }
+
+    pub fn delete_placement(&mut self, key: &Key) -> BTreeSet<Key> {
+        self.index.remove(key);
+        self.placements.remove(key);
+        BTreeSet::new()
+    }
+}
+
+fn placement_label(d: &PlacementDecision) -> Option<&str> {
+    d.metadata
+        .labels
+        .as_ref()?
+        .get(ocm_api::wellknown::label::PLACEMENT)
+        .map(String::as_str)
+}
+
+/// Labels, annotations and deletion: the metadata a scheduling decision can depend on.
+fn same_content(
+    a: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    b: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    a.labels == b.labels
+        && a.annotations == b.annotations
+        && a.deletion_timestamp == b.deletion_timestamp
+}

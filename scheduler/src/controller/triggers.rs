@@ -1,0 +1,233 @@
+//! Which placements an event can affect (ocm-placement.md §3.10), sans IO: an index of what
+//! each Placement reads, and the fan-out rules.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use ocm_api::Placement;
+
+use crate::core::prioritize::{self, Kind};
+
+/// A placement's `(namespace, name)`.
+pub type Key = (String, String);
+
+pub fn key_of(p: &Placement) -> Key {
+    (
+        p.metadata.namespace.clone().unwrap_or_default(),
+        p.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// What one Placement depends on, beyond its namespace's bindings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Reads {
+    /// AddOnPlacementScore names, from AddOn prioritizers and CEL `scores("...")`.
+    resources: BTreeSet<String>,
+    /// A CEL `scores(...)` call whose argument is not a literal: any score may matter.
+    any_resource: bool,
+    /// Balance with a non-zero weight: other placements' decisions matter.
+    balance: bool,
+    /// `spec.clusterSets` (empty: every bound set).
+    cluster_sets: Vec<String>,
+}
+
+fn reads(p: &Placement) -> Reads {
+    let mut r = Reads {
+        cluster_sets: p.spec.cluster_sets.clone(),
+        ..Reads::default()
+    };
+    // A misconfigured policy reads nothing; it is rescheduled when it changes.
+    for w in prioritize::from_policy(&p.spec.prioritizer_policy).unwrap_or_default() {
+        match w.kind {
+            Kind::Balance => r.balance = true,
+            Kind::AddOn(a) => {
+                r.resources.insert(a.resource_name);
+            }
+            _ => {}
+        }
+    }
+    for pred in &p.spec.predicates {
+        for expr in &pred.required_cluster_selector.cel_selector.cel_expressions {
+            match score_names(expr) {
+                Some(names) => r.resources.extend(names),
+                None => r.any_resource = true,
+            }
+        }
+    }
+    r
+}
+
+/// The literal names passed to `scores(...)` in a CEL expression; `None` when some call's
+/// argument is not a plain string literal.
+pub fn score_names(expr: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("scores(") {
+        rest = rest[i + "scores(".len()..].trim_start();
+        let quote = rest.chars().next()?;
+        if quote != '"' && quote != '\'' {
+            return None;
+        }
+        let body = &rest[1..];
+        let end = body.find(quote)?;
+        let name = &body[..end];
+        if name.contains('\\') {
+            return None;
+        }
+        out.push(name.to_owned());
+        rest = &body[end + 1..];
+    }
+    Some(out)
+}
+
+/// The index of every Placement's reads.
+#[derive(Debug, Default)]
+pub struct Index {
+    reads: BTreeMap<Key, Reads>,
+    by_resource: HashMap<String, BTreeSet<Key>>,
+    any_resource: BTreeSet<Key>,
+    balance: BTreeSet<Key>,
+    by_namespace: BTreeMap<String, BTreeSet<Key>>,
+}
+
+impl Index {
+    pub fn upsert(&mut self, p: &Placement) {
+        let key = key_of(p);
+        self.remove(&key);
+        let r = reads(p);
+        for res in &r.resources {
+            self.by_resource
+                .entry(res.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        if r.any_resource {
+            self.any_resource.insert(key.clone());
+        }
+        if r.balance {
+            self.balance.insert(key.clone());
+        }
+        self.by_namespace
+            .entry(key.0.clone())
+            .or_default()
+            .insert(key.clone());
+        self.reads.insert(key, r);
+    }
+
+    pub fn remove(&mut self, key: &Key) {
+        let Some(r) = self.reads.remove(key) else {
+            return;
+        };
+        for res in &r.resources {
+            if let Some(keys) = self.by_resource.get_mut(res) {
+                keys.remove(key);
+            }
+        }
+        self.any_resource.remove(key);
+        self.balance.remove(key);
+        if let Some(keys) = self.by_namespace.get_mut(&key.0) {
+            keys.remove(key);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.reads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.reads.is_empty()
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Key> {
+        self.reads.keys()
+    }
+
+    /// Placements that read the AddOnPlacementScore named `resource`.
+    pub fn for_score<'a>(&'a self, resource: &str) -> impl Iterator<Item = &'a Key> + 'a {
+        self.by_resource
+            .get(resource)
+            .into_iter()
+            .flatten()
+            .chain(self.any_resource.iter())
+    }
+
+    /// Placements that use Balance (other placements' decisions change their scores).
+    pub fn balance_users(&self) -> impl Iterator<Item = &Key> {
+        self.balance.iter()
+    }
+
+    /// Placements in `namespace`.
+    pub fn in_namespace<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a Key> + 'a {
+        self.by_namespace.get(namespace).into_iter().flatten()
+    }
+
+    /// Placements in `namespace` that may use clusterset `set` (through a binding there).
+    pub fn using_set<'a>(
+        &'a self,
+        namespace: &str,
+        set: &'a str,
+    ) -> impl Iterator<Item = &'a Key> + 'a {
+        self.in_namespace(namespace).filter(move |k| {
+            self.reads.get(*k).is_some_and(|r| {
+                r.cluster_sets.is_empty() || r.cluster_sets.iter().any(|s| s == set)
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn placement(ns: &str, name: &str, spec: serde_json::Value) -> Placement {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}, "spec": spec}))
+            .unwrap()
+    }
+
+    #[test]
+    fn score_names_from_cel() {
+        assert_eq!(
+            score_names(r#"managedCluster.scores("a").all(s, s.value > 1)"#),
+            Some(vec!["a".into()])
+        );
+        assert_eq!(
+            score_names(
+                r#"managedCluster.scores('a').size() > 0 && managedCluster.scores( "b" ).size() > 0"#
+            ),
+            Some(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(
+            score_names("managedCluster.metadata.name == 'x'"),
+            Some(vec![])
+        );
+        assert_eq!(
+            score_names("managedCluster.scores(managedCluster.metadata.name)"),
+            None
+        );
+    }
+
+    #[test]
+    fn index_fans_out() {
+        let mut idx = Index::default();
+        idx.upsert(&placement("a", "addon", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
+            {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}}]}})));
+        idx.upsert(&placement("a", "cel", json!({"clusterSets": ["x"], "predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": ["managedCluster.scores(\"q\").size() > 0"]}}}]})));
+        idx.upsert(&placement("b", "default", json!({})));
+        let keys = |it: Vec<&Key>| {
+            it.into_iter()
+                .map(|k| format!("{}/{}", k.0, k.1))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(idx.for_score("r").collect()), ["a/addon"]);
+        assert_eq!(keys(idx.for_score("q").collect()), ["a/cel"]);
+        assert_eq!(keys(idx.balance_users().collect()), ["a/cel", "b/default"]);
+        assert_eq!(
+            keys(idx.using_set("a", "x").collect()),
+            ["a/addon", "a/cel"]
+        );
+        assert_eq!(keys(idx.using_set("a", "y").collect()), ["a/addon"]);
+        idx.remove(&("a".into(), "cel".into()));
+        assert_eq!(keys(idx.for_score("q").collect()), Vec::<String>::new());
+        assert_eq!(idx.len(), 2);
+    }
+}

@@ -1,0 +1,614 @@
+//! The debug endpoint (upstream `pkg/placement/debugger`): schedules a stored Placement, or an
+//! unsaved one sent in the request ("what if"), against the current state and shows how each
+//! filter and prioritizer saw the clusters. Nothing is written.
+//!
+//! - `GET /debug/placements/<namespace>/<name>`: the stored Placement.
+//! - `POST /debug/placements/` with a Placement as JSON (at most 1 MiB): that Placement, in
+//!   its `metadata.namespace`.
+//!
+//! Every request must carry `Authorization: Bearer <token>`. The token is checked with a
+//! `TokenReview`, then a `SubjectAccessReview` asks whether that user (with its groups, uid
+//! and extra) may `get` (GET) or `create` (POST) `placements.cluster.open-cluster-management.io`
+//! in the placement's namespace. The server's own client needs `create` on `tokenreviews` and
+//! `subjectaccessreviews`.
+//!
+//! | answer | when |
+//! | --- | --- |
+//! | 200 | the [`DebugResult`] as JSON |
+//! | 400 | a path without namespace and name, a body over 1 MiB, JSON that is no Placement, a Placement without namespace |
+//! | 401 | no bearer token, or one the apiserver does not accept |
+//! | 403 | the review denies the verb in that namespace |
+//! | 404 | no such Placement, or a path outside `/debug/placements/` |
+//! | 405 | a method other than GET and POST |
+//! | 500 | a review that could not be made, clusters that could not be read |
+//!
+//! Errors are `{"error": "<message>"}` with `Content-Type: application/json`, with
+//! upstream's messages.
+//!
+//! Where this differs from upstream on purpose:
+//!
+//! - Upstream runs inside a Kubernetes generic apiserver, which authenticates and also requires
+//!   the non-resource permission `/debug/placements/*` (verbs `get`/`post`) before the handler
+//!   runs. Here the placements permission in the namespace is the only authorization: it is
+//!   the one that says what a user may see.
+//! - GET checks the permission before looking the Placement up, so that a user who may not
+//!   read placements in a namespace cannot learn which exist there (403, never 404). Upstream
+//!   looks up first.
+//! - A `TokenReview` that cannot be made is a 500 (`failed to authenticate the request: ...`);
+//!   the generic apiserver answers 401. A 401 body is our `{"error": ...}`, not a
+//!   `metav1.Status`, and carries `WWW-Authenticate: Bearer`.
+//! - The SubjectAccessReview carries the user's uid as well (upstream passes user, groups and
+//!   extra). Neither review is cached (the generic apiserver caches TokenReviews for 10 s);
+//!   each gets at most [`REVIEW_TIMEOUT`].
+//! - A POSTed Placement without `metadata.namespace` is a 400. Upstream reviews the empty
+//!   namespace (all namespaces) and schedules against namespace `""`, where nothing is bound.
+//! - POSTed JSON is read by serde: field names match exactly (Go's decoder also accepts other
+//!   letter cases). A missing or `null` `metadata` or `spec` is the empty one, as in Go.
+//! - A denial whose review gives no reason ends after the namespace (upstream leaves a
+//!   trailing `": "`).
+//! - A path with more than two segments is the same 400 as one with fewer (upstream:
+//!   `unexpected key format`).
+//! - The 200 answer says `Content-Type: application/json` (upstream sets none, so Go sniffs
+//!   `text/plain`).
+//! - `placement` is our typed Placement: it always has `apiVersion` and `kind`, and leaves out
+//!   `status` and `creationTimestamp`, which upstream writes as zero values
+//!   (`"status": {"numberOfSelectedClusters": 0, ...}`, `"creationTimestamp": null`).
+//! - The lists come in our core's fixed orders: filters in pipeline order (the
+//!   `SpreadConstraints` filter, ours, is third when a `DoNotSchedule` constraint exists), each
+//!   filter's clusters by name, prioritizers as the core runs them (defaults, then the
+//!   configurations in spec order, then `TopologyAffinity/<key>`). Upstream iterates Go maps.
+//!   A Placement our core finds misconfigured stops before the filters, so
+//!   `filteredPipelineResults` is absent where upstream may show the filters that ran before a
+//!   bad prioritizer configuration.
+//!
+//! Upstream quirks kept because they are harmless: the last `filteredPipelineResults` entry
+//! lists its clusters in the final score order (total descending, then name), as upstream's
+//! in-place sort leaves it; empty lists are left out (`omitempty`), except a filter's
+//! `filteredClusters`, which is `[]`; a prioritizer's `scores` has no entry for a cluster it
+//! has no opinion on (a cluster without the allocatable resource).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::PostParams;
+use ocm_api::Placement;
+use ocm_runtime::http::{HttpResponse, respond};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use tokio::net::TcpListener;
+
+use crate::core::{Code, Outcome};
+
+/// The path prefix every request must start with.
+pub const DEBUG_PATH: &str = "/debug/placements/";
+/// The largest POST body accepted (1 MiB, as upstream).
+pub const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
+/// How long a TokenReview or SubjectAccessReview may take before the request fails (500).
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+const PLACEMENT_GROUP: &str = "cluster.open-cluster-management.io";
+const PLACEMENT_VERSION: &str = "v1beta1";
+const PLACEMENT_RESOURCE: &str = "placements";
+const JSON: &str = "application/json";
+
+/// What the endpoint reads: the controller implements this over its stores.
+pub trait DebugSource: Send + Sync + 'static {
+    /// The stored Placement `<namespace>/<name>`, if there is one.
+    fn placement(&self, namespace: &str, name: &str) -> Option<Arc<Placement>>;
+    /// Schedules a Placement against the current state without writing anything.
+    fn schedule(&self, placement: &Placement) -> Outcome;
+}
+
+/// The 200 answer (and, with only `error` set, every other one): upstream's `DebugResult`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DebugResult {
+    /// The scheduled Placement: metadata name, namespace, labels and annotations, and spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    #[serde(
+        rename = "filteredPipelineResults",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub filter_results: Vec<FilterStep>,
+    #[serde(
+        rename = "prioritizeResults",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub prioritize_results: Vec<PrioritizeStep>,
+    #[serde(
+        rename = "aggregatedScores",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub aggregated_scores: Vec<ClusterScore>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// The clusters left after the filters so far, named by the filters joined with `,`
+/// (`Predicate`, `Predicate,TaintToleration`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterStep {
+    pub name: String,
+    #[serde(rename = "filteredClusters", default)]
+    pub filtered_clusters: Vec<String>,
+}
+
+/// One prioritizer's weight and its score per cluster (before weighting).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrioritizeStep {
+    pub name: String,
+    pub weight: i32,
+    #[serde(default)]
+    pub scores: BTreeMap<String, i64>,
+}
+
+/// A cluster's total: `Σ weight × score`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterScore {
+    #[serde(rename = "clusterName")]
+    pub cluster_name: String,
+    pub score: i64,
+}
+
+/// Why a request was not answered with a result. Each maps to one HTTP status.
+#[derive(Debug, Error)]
+pub enum DebugError {
+    #[error("Unauthorized: no bearer token in the Authorization header")]
+    NoToken,
+    #[error("Unauthorized: the bearer token was not accepted")]
+    InvalidToken,
+    #[error("failed to authenticate the request: {0}")]
+    TokenReview(#[source] ReviewError),
+    #[error("user does not have permission to {verb} placements in namespace {namespace}{}", reason_suffix(.reason))]
+    Forbidden {
+        verb: &'static str,
+        namespace: String,
+        reason: String,
+    },
+    #[error("failed to check permissions: {0}")]
+    AccessReview(#[source] ReviewError),
+    #[error("path {0} not found")]
+    UnknownPath(String),
+    #[error("invalid debug path: namespace and name required")]
+    InvalidPath,
+    #[error("placement '{0}' not found")]
+    NotFound(String),
+    #[error("method {0} not allowed")]
+    MethodNotAllowed(String),
+    #[error("request body too large: {0} bytes exceeds maximum of {MAX_REQUEST_BODY_BYTES} bytes")]
+    DeclaredBodyTooLarge(u64),
+    #[error("request body too large: exceeds maximum of {MAX_REQUEST_BODY_BYTES} bytes")]
+    BodyTooLarge,
+    #[error("failed to read request body: {0}")]
+    ReadBody(String),
+    #[error("failed to unmarshal placement JSON: {0}")]
+    BadJson(#[source] serde_json::Error),
+    #[error("placement JSON has no metadata.namespace")]
+    NoNamespace,
+    /// The core could not read its inputs (a clusterset whose members cannot be computed).
+    #[error("{0}")]
+    Scheduling(String),
+    #[error("scheduling failed: {0}")]
+    Task(String),
+    #[error("failed to encode the result: {0}")]
+    Encode(#[source] serde_json::Error),
+}
+
+fn reason_suffix(reason: &str) -> String {
+    if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {reason}")
+    }
+}
+
+/// A TokenReview or SubjectAccessReview that got no answer.
+#[derive(Debug, Error)]
+pub enum ReviewError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl DebugError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            DebugError::NoToken | DebugError::InvalidToken => StatusCode::UNAUTHORIZED,
+            DebugError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            DebugError::InvalidPath
+            | DebugError::DeclaredBodyTooLarge(_)
+            | DebugError::BodyTooLarge
+            | DebugError::ReadBody(_)
+            | DebugError::BadJson(_)
+            | DebugError::NoNamespace => StatusCode::BAD_REQUEST,
+            DebugError::UnknownPath(_) | DebugError::NotFound(_) => StatusCode::NOT_FOUND,
+            DebugError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            DebugError::TokenReview(_)
+            | DebugError::AccessReview(_)
+            | DebugError::Scheduling(_)
+            | DebugError::Task(_)
+            | DebugError::Encode(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// `{"error": "<message>"}` with `Content-Type: application/json`.
+    pub fn response(&self) -> HttpResponse {
+        let body = serde_json::json!({ "error": self.to_string() }).to_string();
+        let mut r = respond(self.status(), JSON, body);
+        if self.status() == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        r
+    }
+}
+
+/// Serves the endpoint on `listener` (TLS with `tls`) until `shutdown` completes. `client`
+/// makes the TokenReviews and SubjectAccessReviews; `source` has the placements and the state
+/// to schedule against.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    client: kube::Client,
+    source: Arc<dyn DebugSource>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let debugger = Arc::new(Debugger::new(client, source));
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, tls = tls.is_some(), "serving the placement debug endpoint");
+    }
+    ocm_runtime::http::serve(
+        listener,
+        tls,
+        move |req: Request<hyper::body::Incoming>| {
+            let debugger = debugger.clone();
+            async move { debugger.handle(req).await }
+        },
+        shutdown,
+    )
+    .await;
+}
+
+/// The request handler, for embedding into another server.
+#[derive(Clone)]
+pub struct Debugger {
+    client: kube::Client,
+    source: Arc<dyn DebugSource>,
+}
+
+/// Who made a request, as the TokenReview says.
+#[derive(Debug, Clone, Default)]
+struct User {
+    name: String,
+    uid: Option<String>,
+    groups: Option<Vec<String>>,
+    extra: Option<BTreeMap<String, Vec<String>>>,
+}
+
+impl Debugger {
+    pub fn new(client: kube::Client, source: Arc<dyn DebugSource>) -> Self {
+        Self { client, source }
+    }
+
+    /// Answers one request.
+    pub async fn handle<B>(&self, req: Request<B>) -> HttpResponse
+    where
+        B: hyper::body::Body<Data = Bytes> + Send,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        match self.answer(req).await {
+            Ok(body) => {
+                tracing::debug!(%method, %path, "debug request answered");
+                respond(StatusCode::OK, JSON, body)
+            }
+            Err(e) => {
+                let status = e.status();
+                if status.is_server_error() {
+                    tracing::warn!(%method, %path, %status, error = %e, "debug request failed");
+                } else {
+                    tracing::debug!(%method, %path, %status, error = %e, "debug request refused");
+                }
+                e.response()
+            }
+        }
+    }
+
+    async fn answer<B>(&self, req: Request<B>) -> Result<Vec<u8>, DebugError>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let user = self.authenticate(req.headers()).await?;
+        let path = req.uri().path().to_owned();
+        let Some(key) = path.strip_prefix(DEBUG_PATH) else {
+            return Err(DebugError::UnknownPath(path));
+        };
+        let placement = match *req.method() {
+            Method::GET => {
+                let (namespace, name) = split_key(key).ok_or(DebugError::InvalidPath)?;
+                self.authorize(&user, "get", namespace).await?;
+                self.source
+                    .placement(namespace, name)
+                    .ok_or_else(|| DebugError::NotFound(name.to_owned()))?
+            }
+            Method::POST => {
+                let placement = read_placement(req.into_body()).await?;
+                let namespace = placement
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .filter(|ns| !ns.is_empty())
+                    .ok_or(DebugError::NoNamespace)?;
+                self.authorize(&user, "create", namespace).await?;
+                Arc::new(placement)
+            }
+            ref other => return Err(DebugError::MethodNotAllowed(other.to_string())),
+        };
+        tracing::debug!(
+            user = %user.name,
+            namespace = placement.metadata.namespace.as_deref().unwrap_or_default(),
+            name = placement.metadata.name.as_deref().unwrap_or_default(),
+            "debug scheduling"
+        );
+
+        // Scheduling is CPU work (tens of ms on a large fleet): off the async workers.
+        let source = self.source.clone();
+        tokio::task::spawn_blocking(move || {
+            let outcome = source.schedule(&placement);
+            if outcome.status.code == Code::Error {
+                return Err(DebugError::Scheduling(outcome.status.message));
+            }
+            serde_json::to_vec(&debug_result(&placement, &outcome)).map_err(DebugError::Encode)
+        })
+        .await
+        .map_err(|e| DebugError::Task(e.to_string()))?
+    }
+
+    /// The user behind the bearer token, by TokenReview.
+    async fn authenticate(&self, headers: &http::HeaderMap) -> Result<User, DebugError> {
+        let token = bearer_token(headers).ok_or(DebugError::NoToken)?;
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_owned()),
+                audiences: None,
+            },
+            ..Default::default()
+        };
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let answer = with_timeout(api.create(&PostParams::default(), &review))
+            .await
+            .map_err(DebugError::TokenReview)?;
+        let status = answer.status.unwrap_or_default();
+        match (status.authenticated, status.user) {
+            (
+                Some(true),
+                Some(UserInfo {
+                    username: Some(name),
+                    uid,
+                    groups,
+                    extra,
+                }),
+            ) if !name.is_empty() => Ok(User {
+                name,
+                uid,
+                groups,
+                extra,
+            }),
+            _ => {
+                tracing::debug!(
+                    error = status.error.as_deref().unwrap_or_default(),
+                    "bearer token not accepted"
+                );
+                Err(DebugError::InvalidToken)
+            }
+        }
+    }
+
+    /// Whether `user` may `verb` placements in `namespace`, by SubjectAccessReview.
+    async fn authorize(
+        &self,
+        user: &User,
+        verb: &'static str,
+        namespace: &str,
+    ) -> Result<(), DebugError> {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(user.name.clone()),
+                uid: user.uid.clone(),
+                groups: user.groups.clone(),
+                extra: user.extra.clone(),
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(namespace.to_owned()),
+                    verb: Some(verb.to_owned()),
+                    group: Some(PLACEMENT_GROUP.to_owned()),
+                    version: Some(PLACEMENT_VERSION.to_owned()),
+                    resource: Some(PLACEMENT_RESOURCE.to_owned()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let answer = with_timeout(api.create(&PostParams::default(), &review))
+            .await
+            .map_err(DebugError::AccessReview)?;
+        let status = answer.status.unwrap_or_default();
+        if status.allowed {
+            Ok(())
+        } else {
+            Err(DebugError::Forbidden {
+                verb,
+                namespace: namespace.to_owned(),
+                reason: status.reason.unwrap_or_default(),
+            })
+        }
+    }
+}
+
+async fn with_timeout<T>(
+    call: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ReviewError> {
+    match tokio::time::timeout(REVIEW_TIMEOUT, call).await {
+        Ok(r) => r.map_err(ReviewError::Api),
+        Err(_) => Err(ReviewError::Timeout(REVIEW_TIMEOUT)),
+    }
+}
+
+/// The token of `Authorization: Bearer <token>` (the scheme in any case, as Kubernetes).
+fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// `<namespace>/<name>`, both non-empty.
+fn split_key(key: &str) -> Option<(&str, &str)> {
+    let (namespace, name) = key.split_once('/')?;
+    (!namespace.is_empty() && !name.is_empty() && !name.contains('/')).then_some((namespace, name))
+}
+
+/// The POSTed Placement: the body (at most [`MAX_REQUEST_BODY_BYTES`]) as JSON.
+async fn read_placement<B>(body: B) -> Result<Placement, DebugError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    if let Some(declared) = body.size_hint().exact()
+        && declared > MAX_REQUEST_BODY_BYTES as u64
+    {
+        return Err(DebugError::DeclaredBodyTooLarge(declared));
+    }
+    let bytes = match Limited::new(body, MAX_REQUEST_BODY_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(DebugError::BodyTooLarge);
+        }
+        Err(e) => return Err(DebugError::ReadBody(e.to_string())),
+    };
+    // Go's decoder leaves a missing (or null) metadata or spec at its zero value; our type
+    // requires both fields.
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(DebugError::BadJson)?;
+    if let Some(object) = value.as_object_mut() {
+        for field in ["metadata", "spec"] {
+            if object.get(field).is_none_or(serde_json::Value::is_null) {
+                object.insert(field.into(), serde_json::Value::Object(Default::default()));
+            }
+        }
+    }
+    serde_json::from_value(value).map_err(DebugError::BadJson)
+}
+
+/// Upstream's result shape from one scheduling outcome (see the module documentation for the
+/// orders and quirks).
+pub fn debug_result(placement: &Placement, outcome: &Outcome) -> DebugResult {
+    // Totals by cluster, when the core got as far as scoring.
+    let totals: Option<HashMap<&str, i64>> =
+        (outcome.totals.len() == outcome.filtered.len()).then(|| {
+            outcome
+                .filtered
+                .iter()
+                .map(|n| &**n)
+                .zip(outcome.totals.iter().copied())
+                .collect()
+        });
+    let by_score = |list: &mut Vec<String>, totals: &HashMap<&str, i64>| {
+        list.sort_by(|a, b| {
+            let (ta, tb) = (totals.get(a.as_str()), totals.get(b.as_str()));
+            tb.cmp(&ta).then_with(|| a.cmp(b))
+        });
+    };
+
+    // Each filter's kept clusters: the previous ones minus what it dropped.
+    let mut kept: Vec<&str> = outcome.available.iter().map(|n| &**n).collect();
+    let mut names: Vec<&str> = Vec::with_capacity(outcome.filters.len());
+    let mut filter_results = Vec::with_capacity(outcome.filters.len());
+    for (i, f) in outcome.filters.iter().enumerate() {
+        let dropped: HashSet<&str> = f.dropped.iter().map(|(n, _)| &**n).collect();
+        kept.retain(|c| !dropped.contains(c));
+        names.push(f.name);
+        let mut list: Vec<String> = kept.iter().map(|c| (*c).to_owned()).collect();
+        // Upstream's quirk: the final sort works in place on the last filter's slice.
+        if i + 1 == outcome.filters.len()
+            && let Some(totals) = &totals
+        {
+            by_score(&mut list, totals);
+        }
+        filter_results.push(FilterStep {
+            name: names.join(","),
+            filtered_clusters: list,
+        });
+    }
+
+    let prioritize_results = outcome
+        .prioritizers
+        .iter()
+        .map(|p| PrioritizeStep {
+            name: p.name.clone(),
+            weight: p.weight,
+            scores: outcome
+                .filtered
+                .iter()
+                .zip(&p.scores)
+                .filter_map(|(c, s)| s.map(|s| (c.to_string(), s)))
+                .collect(),
+        })
+        .collect();
+
+    let mut aggregated_scores: Vec<ClusterScore> = match &totals {
+        Some(_) => outcome
+            .filtered
+            .iter()
+            .zip(&outcome.totals)
+            .map(|(c, t)| ClusterScore {
+                cluster_name: c.to_string(),
+                score: *t,
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    aggregated_scores.sort_by(|a, b| {
+        b.score
+            .cmp(&a.score)
+            .then_with(|| a.cluster_name.cmp(&b.cluster_name))
+    });
+
+    DebugResult {
+        placement: Some(Placement {
+            metadata: ObjectMeta {
+                name: placement.metadata.name.clone(),
+                namespace: placement.metadata.namespace.clone(),
+                labels: placement.metadata.labels.clone(),
+                annotations: placement.metadata.annotations.clone(),
+                ..Default::default()
+            },
+            spec: placement.spec.clone(),
+            status: None,
+        }),
+        filter_results,
+        prioritize_results,
+        aggregated_scores,
+        error: String::new(),
+    }
+}

@@ -1,0 +1,1224 @@
+//! The debug endpoint (`placement_scheduler::debug`).
+//!
+//! The first tests check the result shape on outcomes built by hand and by the core. The
+//! others serve the endpoint on loopback (plain and TLS) in front of a real kube-apiserver:
+//! callers are real ServiceAccounts with tokens from the TokenRequest API, the server
+//! authenticates them with TokenReview and authorizes them with SubjectAccessReview against
+//! real RBAC (Roles and RoleBindings the admin creates).
+
+#![allow(clippy::unwrap_used)] // in a test, a failed unwrap is a failed test
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use jiff::Timestamp;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use ocm_api::{
+    AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
+    PlacementDecision,
+};
+use placement_scheduler::core::{
+    DropReason, FilterResult, Name, Outcome, PrioritizerResult, Snapshot, Status, schedule,
+};
+use placement_scheduler::debug::{
+    self, DebugError, DebugResult, DebugSource, MAX_REQUEST_BODY_BYTES, REVIEW_TIMEOUT,
+    ReviewError, debug_result,
+};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio_rustls::TlsConnector;
+
+// ---------------------------------------------------------------------------------------------
+// The result shape
+
+fn names(ns: &[&str]) -> Vec<Name> {
+    ns.iter().map(|n| Name::from(*n)).collect()
+}
+
+fn stored_placement() -> Placement {
+    serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+        "kind": "Placement",
+        "metadata": {
+            "name": "web", "namespace": "team",
+            "labels": {"app": "web"}, "annotations": {"note": "x"},
+            "uid": "1234", "resourceVersion": "7", "generation": 3,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "finalizers": ["f"], "managedFields": [{"manager": "kubectl"}]
+        },
+        "spec": {"numberOfClusters": 2, "clusterSets": ["s"]},
+        "status": {"numberOfSelectedClusters": 2, "conditions": []}
+    }))
+    .unwrap()
+}
+
+type Prioritizer<'a> = (&'a str, i32, Vec<Option<i64>>);
+
+/// An outcome with just what the debug view reads.
+fn outcome(
+    available: &[&str],
+    filters: Vec<(&'static str, &[&str])>,
+    filtered: &[&str],
+    prioritizers: Vec<Prioritizer<'_>>,
+    totals: Vec<i64>,
+) -> Outcome {
+    Outcome {
+        namespace: "team".into(),
+        name: "web".into(),
+        bindings: vec!["s".into()],
+        cluster_sets: vec!["s".into()],
+        available: names(available),
+        terminating: Vec::new(),
+        filters: filters
+            .into_iter()
+            .map(|(n, dropped)| FilterResult {
+                name: n,
+                dropped: dropped
+                    .iter()
+                    .map(|d| {
+                        (
+                            Name::from(*d),
+                            DropReason::MissingTopologyKey("zone".into()),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+        filtered: names(filtered),
+        prioritizers: prioritizers
+            .into_iter()
+            .map(|(n, weight, scores)| PrioritizerResult {
+                name: n.into(),
+                weight,
+                scores,
+            })
+            .collect(),
+        totals,
+        selected: Vec::new(),
+        spread: None,
+        unscheduled: 0,
+        status: Status::success(),
+        notes: Vec::new(),
+        groups: Vec::new(),
+        decisions: Vec::new(),
+        writes: Vec::new(),
+        placement_status: Default::default(),
+        requeue_at: None,
+    }
+}
+
+fn body(p: &Placement, o: &Outcome) -> Value {
+    serde_json::to_value(debug_result(p, o)).unwrap()
+}
+
+#[test]
+fn cumulative_filters_scores_and_totals_in_upstreams_shape() {
+    let o = outcome(
+        &["a", "b", "c", "d", "e"],
+        vec![("Predicate", &["d"]), ("TaintToleration", &["b"])],
+        &["a", "c", "e"],
+        vec![
+            ("Balance", 1, vec![Some(100), Some(100), Some(-100)]),
+            ("Steady", 1, vec![Some(0), Some(100), Some(0)]),
+            (
+                "ResourceAllocatableCPU",
+                2,
+                vec![Some(-100), None, Some(100)],
+            ),
+            ("AddOn/usage/cpu", 3, vec![Some(10), Some(0), Some(-5)]),
+        ],
+        vec![30, 200, 85],
+    );
+    assert_eq!(
+        body(&stored_placement(), &o),
+        json!({
+            "placement": {
+                "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+                "kind": "Placement",
+                "metadata": {
+                    "name": "web", "namespace": "team",
+                    "labels": {"app": "web"}, "annotations": {"note": "x"}
+                },
+                "spec": {
+                    "clusterSets": ["s"], "numberOfClusters": 2,
+                    "prioritizerPolicy": {}
+                }
+            },
+            "filteredPipelineResults": [
+                {"name": "Predicate", "filteredClusters": ["a", "b", "c", "e"]},
+                // The last one in score order, as upstream's in-place sort leaves it.
+                {"name": "Predicate,TaintToleration", "filteredClusters": ["c", "e", "a"]}
+            ],
+            "prioritizeResults": [
+                {"name": "Balance", "weight": 1, "scores": {"a": 100, "c": 100, "e": -100}},
+                {"name": "Steady", "weight": 1, "scores": {"a": 0, "c": 100, "e": 0}},
+                // No entry for a cluster the prioritizer has no opinion on.
+                {"name": "ResourceAllocatableCPU", "weight": 2, "scores": {"a": -100, "e": 100}},
+                {"name": "AddOn/usage/cpu", "weight": 3, "scores": {"a": 10, "c": 0, "e": -5}}
+            ],
+            "aggregatedScores": [
+                {"clusterName": "c", "score": 200},
+                {"clusterName": "e", "score": 85},
+                {"clusterName": "a", "score": 30}
+            ]
+        })
+    );
+}
+
+#[test]
+fn a_third_filter_extends_the_pipeline_name_and_only_the_last_is_in_score_order() {
+    let o = outcome(
+        &["a", "b", "c", "d"],
+        vec![
+            ("Predicate", &[]),
+            ("TaintToleration", &["a"]),
+            ("SpreadConstraints", &["c"]),
+        ],
+        &["b", "d"],
+        vec![("Balance", 1, vec![Some(0), Some(100)])],
+        vec![0, 100],
+    );
+    assert_eq!(
+        body(&stored_placement(), &o)["filteredPipelineResults"],
+        json!([
+            {"name": "Predicate", "filteredClusters": ["a", "b", "c", "d"]},
+            {"name": "Predicate,TaintToleration", "filteredClusters": ["b", "c", "d"]},
+            {"name": "Predicate,TaintToleration,SpreadConstraints", "filteredClusters": ["d", "b"]}
+        ])
+    );
+}
+
+#[test]
+fn equal_totals_sort_by_name_and_negative_totals_come_last() {
+    let o = outcome(
+        &["z", "m", "a", "q"],
+        vec![("Predicate", &[]), ("TaintToleration", &[])],
+        &["a", "m", "q", "z"],
+        vec![],
+        vec![-10, 50, 0, 50],
+    );
+    let v = body(&stored_placement(), &o);
+    assert_eq!(
+        v["aggregatedScores"],
+        json!([
+            {"clusterName": "m", "score": 50},
+            {"clusterName": "z", "score": 50},
+            {"clusterName": "q", "score": 0},
+            {"clusterName": "a", "score": -10}
+        ])
+    );
+    assert_eq!(
+        v["filteredPipelineResults"][1]["filteredClusters"],
+        json!(["m", "z", "q", "a"])
+    );
+    // No prioritizer ran (Exact mode without configurations): the list is left out.
+    assert!(v.get("prioritizeResults").is_none());
+}
+
+#[test]
+fn empty_lists_are_left_out_but_an_emptied_filter_shows_an_empty_list() {
+    // Misconfigured before the filters: only the placement, without status.
+    let o = outcome(&["a"], vec![], &[], vec![], vec![]);
+    let v = body(&stored_placement(), &o);
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["placement"]);
+    assert!(v["placement"].get("status").is_none());
+
+    // Every cluster dropped: each filter still has its (empty) list; nothing was scored.
+    let o = outcome(
+        &["a"],
+        vec![("Predicate", &["a"]), ("TaintToleration", &[])],
+        &[],
+        vec![("Balance", 1, vec![]), ("Steady", 1, vec![])],
+        vec![],
+    );
+    let v = body(&stored_placement(), &o);
+    assert_eq!(
+        v["filteredPipelineResults"],
+        json!([
+            {"name": "Predicate", "filteredClusters": []},
+            {"name": "Predicate,TaintToleration", "filteredClusters": []}
+        ])
+    );
+    assert_eq!(
+        v["prioritizeResults"],
+        json!([
+            {"name": "Balance", "weight": 1, "scores": {}},
+            {"name": "Steady", "weight": 1, "scores": {}}
+        ])
+    );
+    assert!(v.get("aggregatedScores").is_none());
+}
+
+#[test]
+fn the_result_reads_back_and_keeps_no_runtime_metadata() {
+    let o = outcome(
+        &["a", "b"],
+        vec![("Predicate", &["b"]), ("TaintToleration", &[])],
+        &["a"],
+        vec![("Balance", 1, vec![Some(100)])],
+        vec![100],
+    );
+    let r = debug_result(&stored_placement(), &o);
+    let back: DebugResult = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+    assert_eq!(back, r);
+    let p = back.placement.unwrap();
+    assert_eq!(p.metadata.uid, None);
+    assert_eq!(p.metadata.resource_version, None);
+    assert_eq!(p.metadata.generation, None);
+    assert_eq!(p.metadata.creation_timestamp, None);
+    assert_eq!(p.metadata.finalizers, None);
+    assert_eq!(p.metadata.managed_fields, None);
+    assert_eq!(p.status, None);
+    assert_eq!(p.spec, stored_placement().spec);
+}
+
+#[test]
+fn errors_carry_upstreams_messages_and_codes() {
+    let cases: Vec<(DebugError, StatusCode, &str)> = vec![
+        (
+            DebugError::Forbidden {
+                verb: "get",
+                namespace: "team".into(),
+                reason: String::new(),
+            },
+            StatusCode::FORBIDDEN,
+            "user does not have permission to get placements in namespace team",
+        ),
+        (
+            DebugError::Forbidden {
+                verb: "create",
+                namespace: "team".into(),
+                reason: "no rule".into(),
+            },
+            StatusCode::FORBIDDEN,
+            "user does not have permission to create placements in namespace team: no rule",
+        ),
+        (
+            DebugError::InvalidPath,
+            StatusCode::BAD_REQUEST,
+            "invalid debug path: namespace and name required",
+        ),
+        (
+            DebugError::NotFound("web".into()),
+            StatusCode::NOT_FOUND,
+            "placement 'web' not found",
+        ),
+        (
+            DebugError::MethodNotAllowed("DELETE".into()),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method DELETE not allowed",
+        ),
+        (
+            DebugError::DeclaredBodyTooLarge(2_000_000),
+            StatusCode::BAD_REQUEST,
+            "request body too large: 2000000 bytes exceeds maximum of 1048576 bytes",
+        ),
+        (
+            DebugError::BodyTooLarge,
+            StatusCode::BAD_REQUEST,
+            "request body too large: exceeds maximum of 1048576 bytes",
+        ),
+        (
+            DebugError::AccessReview(ReviewError::Timeout(REVIEW_TIMEOUT)),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "failed to check permissions: no answer within 10s",
+        ),
+    ];
+    for (e, status, message) in cases {
+        assert_eq!(e.status(), status, "{e}");
+        assert_eq!(e.to_string(), message);
+        let r = e.response();
+        assert_eq!(r.status(), status);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
+    }
+    let r = DebugError::NoToken.response();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(r.headers()[header::WWW_AUTHENTICATE], "Bearer");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A fleet to schedule against
+
+fn now() -> Timestamp {
+    "2026-06-01T12:00:00Z".parse().unwrap()
+}
+
+/// What the controller would hand the endpoint: a snapshot, the stored Placements, a clock.
+struct Fleet {
+    snapshot: Snapshot,
+    placements: HashMap<(String, String), Arc<Placement>>,
+}
+
+impl DebugSource for Fleet {
+    fn placement(&self, namespace: &str, name: &str) -> Option<Arc<Placement>> {
+        self.placements
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    fn schedule(&self, placement: &Placement) -> Outcome {
+        schedule(&self.snapshot, placement, now())
+    }
+}
+
+fn cluster(name: &str, set: bool, env: &str, cpu: &str, taint: bool) -> ManagedCluster {
+    let mut labels = json!({ "env": env });
+    if set {
+        labels["cluster.open-cluster-management.io/clusterset"] = json!("prod-set");
+    }
+    let taints = if taint {
+        json!([{"key": "maintenance", "effect": "NoSelect"}])
+    } else {
+        json!([])
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": taints},
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": "8Gi"},
+            "capacity": {"cpu": cpu, "memory": "8Gi"}
+        }
+    }))
+    .unwrap()
+}
+
+fn addon_score(cluster: &str, value: i32) -> AddOnPlacementScore {
+    serde_json::from_value(json!({
+        "metadata": {"name": "demo", "namespace": cluster},
+        "spec": {},
+        "status": {"scores": [{"name": "demo", "value": value}]}
+    }))
+    .unwrap()
+}
+
+fn decision(ns: &str, placement: &str, clusters: &[&str]) -> PlacementDecision {
+    let decisions: Vec<Value> = clusters
+        .iter()
+        .map(|c| json!({"clusterName": c, "reason": ""}))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("{placement}-decision-1"), "namespace": ns,
+            "labels": {
+                "cluster.open-cluster-management.io/placement": placement,
+                "cluster.open-cluster-management.io/decision-group-index": "0",
+                "cluster.open-cluster-management.io/decision-group-name": ""
+            }
+        },
+        "status": {"decisions": decisions}
+    }))
+    .unwrap()
+}
+
+/// The stored Placement `web` of namespace `ns`: prod clusters, one of them, scored by the
+/// defaults (Balance, Steady) plus CPU (weight 2) and the `demo` add-on score.
+fn web(ns: &str) -> Placement {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": ns, "labels": {"app": "web"},
+                     "uid": "0b5c", "resourceVersion": "42"},
+        "spec": {
+            "numberOfClusters": 1,
+            "predicates": [{"requiredClusterSelector": {
+                "labelSelector": {"matchLabels": {"env": "prod"}}}}],
+            "prioritizerPolicy": {"mode": "Additive", "configurations": [
+                {"scoreCoordinate": {"type": "BuiltIn", "builtIn": "ResourceAllocatableCPU"},
+                 "weight": 2},
+                {"scoreCoordinate": {"type": "AddOn",
+                                     "addOn": {"resourceName": "demo", "scoreName": "demo"}},
+                 "weight": 1}
+            ]}
+        },
+        "status": {"numberOfSelectedClusters": 1}
+    }))
+    .unwrap()
+}
+
+/// Clusters `c1`..`c4` in `prod-set` (bound to `ns`), `c5` outside it. `c3` has an untolerated
+/// taint, `c4` is `env=dev`. `c1` is used by a placement elsewhere (Balance −100), `c2` is in
+/// `web`'s decision already (Steady 100).
+fn fleet(ns: &str) -> Fleet {
+    let mut s = Snapshot::new();
+    let set: ManagedClusterSet = serde_json::from_value(json!({
+        "metadata": {"name": "prod-set"},
+        "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}
+    }))
+    .unwrap();
+    s.upsert_set(Arc::new(set));
+    let binding: ManagedClusterSetBinding = serde_json::from_value(json!({
+        "metadata": {"name": "prod-set", "namespace": ns}, "spec": {"clusterSet": "prod-set"}
+    }))
+    .unwrap();
+    s.upsert_binding(&binding);
+    for c in [
+        cluster("c1", true, "prod", "10", false),
+        cluster("c2", true, "prod", "20", false),
+        cluster("c3", true, "prod", "30", true),
+        cluster("c4", true, "dev", "40", false),
+        cluster("c5", false, "prod", "50", false),
+    ] {
+        s.upsert_cluster(Arc::new(c));
+    }
+    for (c, v) in [("c1", 50), ("c2", -20), ("c4", 70), ("c5", 100)] {
+        s.upsert_score(Arc::new(addon_score(c, v)));
+    }
+    s.upsert_decision(Arc::new(decision("elsewhere", "other", &["c1"])));
+    s.upsert_decision(Arc::new(decision(ns, "web", &["c2"])));
+    let web = web(ns);
+    let placements = HashMap::from([((ns.to_owned(), "web".to_owned()), Arc::new(web))]);
+    Fleet {
+        snapshot: s,
+        placements,
+    }
+}
+
+/// What GET `web` must answer.
+fn expected_web(ns: &str) -> Value {
+    json!({
+        "placement": {
+            "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+            "kind": "Placement",
+            "metadata": {"name": "web", "namespace": ns, "labels": {"app": "web"}},
+            "spec": serde_json::to_value(&web(ns).spec).unwrap()
+        },
+        "filteredPipelineResults": [
+            {"name": "Predicate", "filteredClusters": ["c1", "c2", "c3"]},
+            {"name": "Predicate,TaintToleration", "filteredClusters": ["c2", "c1"]}
+        ],
+        "prioritizeResults": [
+            {"name": "Balance", "weight": 1, "scores": {"c1": -100, "c2": 100}},
+            {"name": "Steady", "weight": 1, "scores": {"c1": 0, "c2": 100}},
+            {"name": "ResourceAllocatableCPU", "weight": 2, "scores": {"c1": -100, "c2": 100}},
+            {"name": "AddOn/demo/demo", "weight": 1, "scores": {"c1": 50, "c2": -20}}
+        ],
+        "aggregatedScores": [
+            // 100 + 100 + 2 × 100 − 20
+            {"clusterName": "c2", "score": 380},
+            // −100 + 0 + 2 × −100 + 50
+            {"clusterName": "c1", "score": -250}
+        ]
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Serving, identities and an HTTP client
+
+/// The endpoint on a loopback port, stopped when dropped.
+struct Server {
+    addr: SocketAddr,
+    tls: Option<TlsConnector>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn start(client: Client, source: Fleet, tls: Option<Tls>) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (server_tls, client_tls) = match tls {
+        Some(t) => (Some(t.server), Some(t.client)),
+        None => (None, None),
+    };
+    tokio::spawn(debug::serve(
+        listener,
+        server_tls,
+        client,
+        Arc::new(source),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Server {
+        addr,
+        tls: client_tls,
+        stop: Some(stop),
+    }
+}
+
+/// One answer, its body read as JSON.
+#[derive(Debug)]
+struct Reply {
+    status: StatusCode,
+    content_type: String,
+    www_authenticate: Option<String>,
+    body: Value,
+}
+
+impl Reply {
+    fn error(&self) -> &str {
+        self.body["error"].as_str().unwrap_or_default()
+    }
+
+    /// Asserts an error answer: the status, the JSON error body, a message starting so.
+    fn assert_error(&self, status: StatusCode, starts_with: &str) {
+        assert_eq!(self.status, status, "{self:?}");
+        assert_eq!(self.content_type, "application/json", "{self:?}");
+        assert_eq!(
+            self.body.as_object().map(|o| o.len()),
+            Some(1),
+            "only an error: {self:?}"
+        );
+        assert!(
+            self.error().starts_with(starts_with),
+            "expected an error starting {starts_with:?}, got {self:?}"
+        );
+    }
+}
+
+async fn exchange<IO>(io: IO, req: Request<Full<Bytes>>) -> Reply
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let res = sender.send_request(req).await.unwrap();
+    let status = res.status();
+    let header_text = |name: header::HeaderName| {
+        res.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let content_type = header_text(header::CONTENT_TYPE).unwrap_or_default();
+    let www_authenticate = header_text(header::WWW_AUTHENTICATE);
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    // A HEAD answer has no body.
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)))
+    };
+    Reply {
+        status,
+        content_type,
+        www_authenticate,
+        body,
+    }
+}
+
+impl Server {
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        authorization: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> Reply {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, self.addr.to_string());
+        if let Some(a) = authorization {
+            req = req.header(header::AUTHORIZATION, a);
+        }
+        let req = req.body(Full::new(body.into())).unwrap();
+        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        match &self.tls {
+            Some(connector) => {
+                let name = rustls_pki_types::ServerName::IpAddress(self.addr.ip().into());
+                let tls = connector.connect(name, tcp).await.unwrap();
+                exchange(tls, req).await
+            }
+            None => exchange(tcp, req).await,
+        }
+    }
+
+    async fn get(&self, path: &str, token: &str) -> Reply {
+        self.request(
+            Method::GET,
+            path,
+            Some(&format!("Bearer {token}")),
+            Bytes::new(),
+        )
+        .await
+    }
+
+    async fn post(&self, token: &str, body: impl Into<Bytes>) -> Reply {
+        self.request(
+            Method::POST,
+            "/debug/placements/",
+            Some(&format!("Bearer {token}")),
+            body,
+        )
+        .await
+    }
+}
+
+/// Polls `call` until `done` holds (RBAC and token changes reach the apiserver's authorizer
+/// and authenticator through its caches), at most 30 s. Returns the last reply.
+async fn eventually<F, Fut>(mut call: F, done: impl Fn(&Reply) -> bool) -> Reply
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Reply>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = call().await;
+        if done(&reply) || Instant::now() > deadline {
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A ServiceAccount in `ns` and a token for it from the TokenRequest API.
+async fn service_account(admin: &Client, ns: &str, name: &str) -> String {
+    let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &sa).await.unwrap();
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        },
+        ..Default::default()
+    };
+    let answer = api
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap();
+    let token = answer.status.unwrap().token;
+    assert!(!token.is_empty());
+    token
+}
+
+/// A Role allowing `verbs` on placements in `ns`, bound to ServiceAccount `sa`.
+async fn grant(admin: &Client, ns: &str, sa: &str, verbs: &[&str]) {
+    let name = format!("debug-{sa}");
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["cluster.open-cluster-management.io".into()]),
+            resources: Some(vec!["placements".into()]),
+            verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+            ..Default::default()
+        }]),
+    };
+    Api::<Role>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name,
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.into(),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+/// The what-if Placement: every env, tolerating the taint, scored by the add-on score only.
+fn what_if(ns: &str) -> Value {
+    json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+        "kind": "Placement",
+        "metadata": {"name": "what-if", "namespace": ns},
+        "spec": {
+            "predicates": [{"requiredClusterSelector": {"labelSelector": {"matchExpressions": [
+                {"key": "env", "operator": "In", "values": ["prod", "dev"]}]}}}],
+            "tolerations": [{"key": "maintenance", "operator": "Exists"}],
+            "prioritizerPolicy": {"mode": "Exact", "configurations": [
+                {"scoreCoordinate": {"type": "AddOn",
+                                     "addOn": {"resourceName": "demo", "scoreName": "demo"}},
+                 "weight": 1}
+            ]}
+        }
+    })
+}
+
+struct Tls {
+    server: Arc<rustls::ServerConfig>,
+    client: TlsConnector,
+}
+
+/// A self-signed certificate for 127.0.0.1 written to a temporary directory, the server
+/// configuration read from those files, and a client that trusts only that certificate.
+fn self_signed_tls() -> Tls {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("debug-endpoint-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let server = ocm_runtime::tls::server_config(&cert, &key).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(certified.cert.der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Tls {
+        server,
+        client: TlsConnector::from(Arc::new(client)),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against a real apiserver
+
+#[tokio::test]
+async fn get_with_permission_to_get_placements_schedules_the_stored_placement() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-get").await.unwrap();
+    let other_ns = testenv::namespace(&admin, "debug-get-other").await.unwrap();
+    let token = service_account(&admin, &ns, "reader").await;
+    grant(&admin, &ns, "reader", &["get"]).await;
+    let server = start(admin.clone(), fleet(&ns), None).await;
+
+    let path = format!("/debug/placements/{ns}/web");
+    let reply = eventually(
+        || server.get(&path, &token),
+        |r| r.status != StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.content_type, "application/json");
+    assert_eq!(reply.body, expected_web(&ns));
+
+    // `get` does not allow a what-if (`create`), nor anything in another namespace.
+    let reply = server.post(token.as_str(), what_if(&ns).to_string()).await;
+    reply.assert_error(
+        StatusCode::FORBIDDEN,
+        &format!("user does not have permission to create placements in namespace {ns}"),
+    );
+    let reply = server
+        .get(&format!("/debug/placements/{other_ns}/web"), &token)
+        .await;
+    reply.assert_error(
+        StatusCode::FORBIDDEN,
+        &format!("user does not have permission to get placements in namespace {other_ns}"),
+    );
+}
+
+#[tokio::test]
+async fn a_service_account_without_rbac_is_forbidden() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-norbac").await.unwrap();
+    let token = service_account(&admin, &ns, "nobody").await;
+    let server = start(admin.clone(), fleet(&ns), None).await;
+
+    let reply = server
+        .get(&format!("/debug/placements/{ns}/web"), &token)
+        .await;
+    reply.assert_error(
+        StatusCode::FORBIDDEN,
+        &format!("user does not have permission to get placements in namespace {ns}"),
+    );
+    // Which placements exist is not told to someone who may not read them: 403, not 404.
+    let reply = server
+        .get(&format!("/debug/placements/{ns}/no-such"), &token)
+        .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{reply:?}");
+    let reply = server.post(token.as_str(), what_if(&ns).to_string()).await;
+    reply.assert_error(
+        StatusCode::FORBIDDEN,
+        &format!("user does not have permission to create placements in namespace {ns}"),
+    );
+}
+
+#[tokio::test]
+async fn missing_or_invalid_tokens_are_unauthorized() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-authn").await.unwrap();
+    let token = service_account(&admin, &ns, "short-lived").await;
+    grant(&admin, &ns, "short-lived", &["get", "create"]).await;
+    let server = start(admin.clone(), fleet(&ns), None).await;
+    let path = format!("/debug/placements/{ns}/web");
+
+    for authorization in [
+        None,
+        Some("Bearer"),
+        Some("Bearer garbage"),
+        Some("Basic cmVhZGVyOnNlY3JldA=="),
+    ] {
+        let reply = server
+            .request(Method::GET, &path, authorization, Bytes::new())
+            .await;
+        reply.assert_error(StatusCode::UNAUTHORIZED, "Unauthorized");
+        assert_eq!(reply.www_authenticate.as_deref(), Some("Bearer"));
+    }
+    // Authentication comes first, whatever the method, path or body.
+    for (method, path) in [
+        (Method::DELETE, path.as_str()),
+        (Method::GET, "/debug/placements/only-a-name"),
+        (Method::POST, "/debug/placements/"),
+        (Method::GET, "/elsewhere"),
+    ] {
+        let reply = server
+            .request(method, path, Some("Bearer garbage"), "{")
+            .await;
+        reply.assert_error(StatusCode::UNAUTHORIZED, "Unauthorized");
+    }
+
+    // A real token works until its ServiceAccount is deleted.
+    let reply = eventually(
+        || server.get(&path, &token),
+        |r| r.status != StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+        .delete("short-lived", &DeleteParams::default())
+        .await
+        .unwrap();
+    let reply = eventually(
+        || server.get(&path, &token),
+        |r| r.status == StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    reply.assert_error(StatusCode::UNAUTHORIZED, "Unauthorized");
+}
+
+#[tokio::test]
+async fn a_what_if_post_schedules_the_unsaved_placement() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-post").await.unwrap();
+    let other_ns = testenv::namespace(&admin, "debug-post-other")
+        .await
+        .unwrap();
+    let token = service_account(&admin, &ns, "planner").await;
+    grant(&admin, &ns, "planner", &["create"]).await;
+    let server = start(admin.clone(), fleet(&ns), None).await;
+
+    let body = what_if(&ns).to_string();
+    let reply = eventually(
+        || server.post(token.as_str(), body.clone()),
+        |r| r.status != StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.content_type, "application/json");
+    let mut placement = what_if(&ns);
+    let spec: Placement = serde_json::from_value(placement.clone()).unwrap();
+    placement["spec"] = serde_json::to_value(&spec.spec).unwrap();
+    assert_eq!(
+        reply.body,
+        json!({
+            "placement": placement,
+            "filteredPipelineResults": [
+                {"name": "Predicate", "filteredClusters": ["c1", "c2", "c3", "c4"]},
+                {"name": "Predicate,TaintToleration",
+                 "filteredClusters": ["c4", "c1", "c3", "c2"]}
+            ],
+            "prioritizeResults": [
+                {"name": "AddOn/demo/demo", "weight": 1,
+                 "scores": {"c1": 50, "c2": -20, "c3": 0, "c4": 70}}
+            ],
+            "aggregatedScores": [
+                {"clusterName": "c4", "score": 70},
+                {"clusterName": "c1", "score": 50},
+                {"clusterName": "c3", "score": 0},
+                {"clusterName": "c2", "score": -20}
+            ]
+        })
+    );
+
+    // `create` does not allow GET (`get`).
+    let reply = server
+        .get(&format!("/debug/placements/{ns}/web"), &token)
+        .await;
+    reply.assert_error(
+        StatusCode::FORBIDDEN,
+        &format!("user does not have permission to get placements in namespace {ns}"),
+    );
+    // The namespace reviewed is the body's.
+    let reply = server
+        .post(token.as_str(), what_if(&other_ns).to_string())
+        .await;
+    reply.assert_error(
+        StatusCode::FORBIDDEN,
+        &format!("user does not have permission to create placements in namespace {other_ns}"),
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_upstreams_messages() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-bad").await.unwrap();
+    let token = service_account(&admin, &ns, "both").await;
+    grant(&admin, &ns, "both", &["get", "create"]).await;
+    let server = start(admin.clone(), fleet(&ns), None).await;
+    let bearer = format!("Bearer {token}");
+
+    // Wait until RBAC lets "both" in.
+    let path = format!("/debug/placements/{ns}/web");
+    let reply = eventually(
+        || server.get(&path, &token),
+        |r| r.status != StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    let reply = eventually(
+        || server.post(token.as_str(), what_if(&ns).to_string()),
+        |r| r.status != StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+
+    for p in [
+        "/debug/placements/",
+        "/debug/placements/only-a-name",
+        &format!("/debug/placements/{ns}/"),
+        &format!("/debug/placements/{ns}/web/extra"),
+    ] {
+        server.get(p, &token).await.assert_error(
+            StatusCode::BAD_REQUEST,
+            "invalid debug path: namespace and name required",
+        );
+    }
+    server
+        .get(&format!("/debug/placements/{ns}/no-such"), &token)
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "placement 'no-such' not found");
+    server
+        .get("/debug/other", &token)
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "path /debug/other not found");
+    for method in [Method::DELETE, Method::PUT, Method::PATCH, Method::HEAD] {
+        let reply = server
+            .request(method.clone(), &path, Some(&bearer), Bytes::new())
+            .await;
+        if method == Method::HEAD {
+            // No body comes back to a HEAD; the status says it.
+            assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+            continue;
+        }
+        reply.assert_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("method {method} not allowed"),
+        );
+    }
+
+    server.post(token.as_str(), "{").await.assert_error(
+        StatusCode::BAD_REQUEST,
+        "failed to unmarshal placement JSON: ",
+    );
+    server
+        .post(token.as_str(), r#"{"spec": {"numberOfClusters": "two"}}"#)
+        .await
+        .assert_error(
+            StatusCode::BAD_REQUEST,
+            "failed to unmarshal placement JSON: ",
+        );
+    for no_namespace in [
+        r#"{"metadata": {"name": "x"}}"#,
+        "{}",
+        r#"{"metadata": {"namespace": ""}}"#,
+    ] {
+        server
+            .post(token.as_str(), no_namespace)
+            .await
+            .assert_error(
+                StatusCode::BAD_REQUEST,
+                "placement JSON has no metadata.namespace",
+            );
+    }
+    server.post(token.as_str(), "[]").await.assert_error(
+        StatusCode::BAD_REQUEST,
+        "failed to unmarshal placement JSON: ",
+    );
+    // A Placement without spec is Go's zero spec: every cluster of the bound sets, scored by
+    // the defaults.
+    let reply = server
+        .post(
+            token.as_str(),
+            json!({"metadata": {"name": "bare", "namespace": ns}}).to_string(),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(
+        reply.body["filteredPipelineResults"][0],
+        json!({"name": "Predicate", "filteredClusters": ["c1", "c2", "c3", "c4"]})
+    );
+    assert_eq!(
+        reply.body["filteredPipelineResults"][1]["filteredClusters"],
+        json!(["c4", "c1", "c2"])
+    );
+    server
+        .post(token.as_str(), vec![b' '; MAX_REQUEST_BODY_BYTES + 1])
+        .await
+        .assert_error(
+            StatusCode::BAD_REQUEST,
+            "request body too large: 1048577 bytes exceeds maximum of 1048576 bytes",
+        );
+    // Exactly the limit is read (JSON may be padded with whitespace).
+    let mut padded = what_if(&ns).to_string().into_bytes();
+    padded.resize(MAX_REQUEST_BODY_BYTES, b' ');
+    let reply = server.post(token.as_str(), padded).await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+}
+
+#[tokio::test]
+async fn over_tls_with_a_self_signed_certificate() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-tls").await.unwrap();
+    let token = service_account(&admin, &ns, "reader").await;
+    grant(&admin, &ns, "reader", &["get"]).await;
+    let server = start(admin.clone(), fleet(&ns), Some(self_signed_tls())).await;
+
+    let path = format!("/debug/placements/{ns}/web");
+    let reply = eventually(
+        || server.get(&path, &token),
+        |r| r.status != StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, expected_web(&ns));
+    server
+        .request(Method::GET, &path, None, Bytes::new())
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "Unauthorized");
+
+    // Plain HTTP to the TLS port gets no answer.
+    let plain = Server {
+        addr: server.addr,
+        tls: None,
+        stop: None,
+    };
+    let tcp = TcpStream::connect(plain.addr).await.unwrap();
+    let req = Request::get(path.as_str())
+        .header(header::HOST, plain.addr.to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    assert!(sender.send_request(req).await.is_err());
+}
+
+#[tokio::test]
+async fn reviews_the_server_may_not_make_are_server_errors() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-500").await.unwrap();
+    let token = service_account(&admin, &ns, "reader").await;
+    grant(&admin, &ns, "reader", &["get"]).await;
+    // The server acts as an identity that may create TokenReviews only once granted below,
+    // and never SubjectAccessReviews.
+    let identity = format!("debug-server-{ns}");
+    let server = start(cp.client_as(&identity, &[]).unwrap(), fleet(&ns), None).await;
+    let path = format!("/debug/placements/{ns}/web");
+
+    server.get(&path, &token).await.assert_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "failed to authenticate the request: ",
+    );
+
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(identity.clone()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["authentication.k8s.io".into()]),
+            resources: Some(vec!["tokenreviews".into()]),
+            verbs: vec!["create".into()],
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(identity.clone()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: identity.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: identity.clone(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+
+    let reply = eventually(
+        || server.get(&path, &token),
+        |r| !r.error().starts_with("failed to authenticate"),
+    )
+    .await;
+    reply.assert_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "failed to check permissions: ",
+    );
+
+    // Cluster-scoped objects outlive the namespace: remove them.
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete(&identity, &DeleteParams::default())
+        .await
+        .unwrap();
+    Api::<ClusterRole>::all(admin.clone())
+        .delete(&identity, &DeleteParams::default())
+        .await
+        .unwrap();
+}
