@@ -20,6 +20,8 @@ pub fn set(
             }
             c.reason = reason.to_owned();
             c.message = message.to_owned();
+            // As meta.SetStatusCondition: the new condition's (unset) generation replaces it.
+            c.observed_generation = None;
         }
         None => conditions.push(Condition {
             type_: type_.to_owned(),

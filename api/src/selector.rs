@@ -10,23 +10,21 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use thiserror::Error;
 
-/// Why a selector could not be built. The texts follow apimachinery's.
+/// Why a selector could not be built. The texts are apimachinery's, to the letter (they end
+/// up in `PlacementMisconfigured` messages).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SelectorError {
     #[error("{0:?} is not a valid label selector operator")]
     Operator(String),
-    #[error(
-        "values: Invalid value: {values:?}: for 'in', 'notin' operators, values set can't be empty (key {key:?})"
-    )]
-    EmptyValues { key: String, values: Vec<String> },
-    #[error(
-        "values: Invalid value: {values:?}: values set must be empty for exists and does not exist (key {key:?})"
-    )]
-    UnexpectedValues { key: String, values: Vec<String> },
+    #[error("values: Invalid value: null: for 'in', 'notin' operators, values set can't be empty")]
+    EmptyValues,
+    #[error("values: Invalid value: {0}: values set must be empty for exists and does not exist")]
+    UnexpectedValues(String),
     #[error("key: Invalid value: {0:?}: {1}")]
-    Key(String, &'static str),
-    #[error("values[0][{key}]: Invalid value: {value:?}: {reason}")]
+    Key(String, String),
+    #[error("values[{index}][{key}]: Invalid value: {value:?}: {reason}")]
     Value {
+        index: usize,
         key: String,
         value: String,
         reason: &'static str,
@@ -90,7 +88,7 @@ impl Selector {
         let mut requirements = Vec::new();
         for (key, value) in selector.match_labels.iter().flatten() {
             validate_key(key)?;
-            validate_value(key, value)?;
+            validate_value(0, key, value)?;
             requirements.push(Requirement {
                 key: key.clone(),
                 op: Op::In(vec![value.clone()]),
@@ -110,13 +108,10 @@ impl Selector {
             let op = match expr.operator.as_str() {
                 "In" | "NotIn" => {
                     if values.is_empty() {
-                        return Err(SelectorError::EmptyValues {
-                            key: expr.key.clone(),
-                            values,
-                        });
+                        return Err(SelectorError::EmptyValues);
                     }
-                    for v in &values {
-                        validate_value(&expr.key, v)?;
+                    for (i, v) in values.iter().enumerate() {
+                        validate_value(i, &expr.key, v)?;
                     }
                     if expr.operator == "In" {
                         Op::In(values)
@@ -126,10 +121,8 @@ impl Selector {
                 }
                 "Exists" | "DoesNotExist" => {
                     if !values.is_empty() {
-                        return Err(SelectorError::UnexpectedValues {
-                            key: expr.key.clone(),
-                            values,
-                        });
+                        let shown = serde_json::to_string(&values).unwrap_or_default();
+                        return Err(SelectorError::UnexpectedValues(shown));
                     }
                     if expr.operator == "Exists" {
                         Op::Exists
@@ -165,37 +158,67 @@ impl Selector {
     }
 }
 
-const NAME_REASON: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, at most 63 characters";
-const PREFIX_REASON: &str =
-    "prefix part must be a lowercase RFC 1123 subdomain of at most 253 characters";
+const NAME_REASON: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const PREFIX_REASON: &str = "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const VALUE_REASON: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
 
-/// A qualified name: `[prefix/]name`, as label keys are validated.
+/// A qualified name: `[prefix/]name`, as label keys are validated. Every problem is listed,
+/// joined by "; ", as apimachinery does.
 fn validate_key(key: &str) -> Result<(), SelectorError> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
+    let mut problems: Vec<String> = Vec::new();
+    let parts: Vec<&str> = key.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                problems.push("prefix part must be non-empty".into());
+            } else {
+                if prefix.len() > 253 {
+                    problems.push("prefix part must be no more than 253 characters".into());
+                }
+                if !is_dns_subdomain(prefix) {
+                    problems.push(PREFIX_REASON.into());
+                }
+            }
+            *name
+        }
+        _ => {
+            return Err(SelectorError::Key(
+                key.to_owned(),
+                "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')".into(),
+            ));
+        }
     };
-    if let Some(p) = prefix
-        && !is_dns_subdomain(p)
-    {
-        return Err(SelectorError::Key(key.to_owned(), PREFIX_REASON));
+    if name.is_empty() {
+        problems.push("name part must be non-empty".into());
+    } else if name.len() > 63 {
+        problems.push("name part must be no more than 63 characters".into());
     }
-    if name.is_empty() || name.len() > 63 || !is_name_part(name) {
-        return Err(SelectorError::Key(key.to_owned(), NAME_REASON));
+    if !is_name_part(name) {
+        problems.push(NAME_REASON.into());
     }
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(SelectorError::Key(key.to_owned(), problems.join("; ")))
+    }
 }
 
 /// A label value: empty, or a name part of at most 63 characters.
-fn validate_value(key: &str, value: &str) -> Result<(), SelectorError> {
-    if value.is_empty() || (value.len() <= 63 && is_name_part(value)) {
+fn validate_value(index: usize, key: &str, value: &str) -> Result<(), SelectorError> {
+    let bad = |reason| SelectorError::Value {
+        index,
+        key: key.to_owned(),
+        value: value.to_owned(),
+        reason,
+    };
+    if value.len() > 63 {
+        return Err(bad("must be no more than 63 characters"));
+    }
+    if value.is_empty() || is_name_part(value) {
         Ok(())
     } else {
-        Err(SelectorError::Value {
-            key: key.to_owned(),
-            value: value.to_owned(),
-            reason: "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, at most 63 characters",
-        })
+        Err(bad(VALUE_REASON))
     }
 }
 
@@ -276,23 +299,33 @@ mod tests {
     }
 
     #[test]
-    fn bad_selectors_are_errors() {
+    fn bad_selectors_are_errors_with_apimachinerys_text() {
+        // Each expected text was printed by apimachinery v0.34's LabelSelectorAsSelector.
+        let name_reason = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+        let value_reason = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+        let long = "a".repeat(72);
         let bad = [
-            (req("k", "In", &[]), "values set can't be empty"),
-            (req("k", "NotIn", &[]), "values set can't be empty"),
-            (req("k", "Exists", &["v"]), "must be empty"),
-            (
-                req("k", "Equals", &["v"]),
-                "\"Equals\" is not a valid label selector operator",
-            ),
-            (req("bad key", "Exists", &[]), "name part must consist"),
-            (req("Bad.Prefix/k", "Exists", &[]), "prefix part"),
-            (req("k", "In", &["not a value"]), "a valid label must be"),
+            (req("k", "In", &[]), "values: Invalid value: null: for 'in', 'notin' operators, values set can't be empty".to_string()),
+            (req("k", "Exists", &["v"]), "values: Invalid value: [\"v\"]: values set must be empty for exists and does not exist".to_string()),
+            (req("k", "Equals", &["v"]), "\"Equals\" is not a valid label selector operator".to_string()),
+            (req("bad key", "Exists", &[]), format!("key: Invalid value: \"bad key\": {name_reason}")),
+            (req("Bad.Prefix/k", "Exists", &[]), "key: Invalid value: \"Bad.Prefix/k\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_string()),
+            (req("k", "In", &["not a value"]), format!("values[0][k]: Invalid value: \"not a value\": {value_reason}")),
+            (req(&long, "Exists", &[]), format!("key: Invalid value: \"{long}\": name part must be no more than 63 characters")),
+            (req("", "Exists", &[]), format!("key: Invalid value: \"\": name part must be non-empty; {name_reason}")),
         ];
         for (r, want) in bad {
             let err = Selector::from_requirements(std::slice::from_ref(&r)).unwrap_err();
-            assert!(err.to_string().contains(want), "{r:?}: {err}");
+            assert_eq!(err.to_string(), want, "{r:?}");
         }
+        let ml = LabelSelector {
+            match_labels: Some(labels(&[("k", "not a value")])),
+            match_expressions: None,
+        };
+        assert_eq!(
+            Selector::from_label_selector(&ml).unwrap_err().to_string(),
+            format!("values[0][k]: Invalid value: \"not a value\": {value_reason}")
+        );
         assert!(Selector::from_requirements(&[req("example.com/k-1.x", "Exists", &[])]).is_ok());
     }
 }

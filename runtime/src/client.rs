@@ -77,7 +77,9 @@ pub async fn client(args: &ClientArgs, user_agent: &str) -> Result<kube::Client,
 
 /// The kube configuration from `kubeconfig` (one path, or several separated by `:`), or without
 /// one from the in-cluster service account, then the default kubeconfig.
-pub async fn load_config(kubeconfig: Option<&std::path::Path>) -> Result<kube::Config, ClientError> {
+pub async fn load_config(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<kube::Config, ClientError> {
     let options = KubeConfigOptions::default();
     match kubeconfig {
         Some(paths) => {
@@ -109,12 +111,14 @@ pub async fn load_config(kubeconfig: Option<&std::path::Path>) -> Result<kube::C
         }
         None => match kube::Config::incluster() {
             Ok(config) => Ok(config),
-            Err(in_cluster) => kube::Config::from_kubeconfig(&options)
-                .await
-                .map_err(|kubeconfig| ClientError::NoConfig {
-                    in_cluster,
-                    kubeconfig,
-                }),
+            Err(in_cluster) => {
+                kube::Config::from_kubeconfig(&options)
+                    .await
+                    .map_err(|kubeconfig| ClientError::NoConfig {
+                        in_cluster,
+                        kubeconfig,
+                    })
+            }
         },
     }
 }
@@ -373,9 +377,14 @@ mod tests {
         let cli = Cli::try_parse_from(["x"]).unwrap();
         assert_eq!(cli.client.client_qps, 200.0);
         assert_eq!(cli.client.client_burst, 400);
-        let cli =
-            Cli::try_parse_from(["x", "--client-qps=5.5", "--client-burst", "7", "--kubeconfig=/k"])
-                .unwrap();
+        let cli = Cli::try_parse_from([
+            "x",
+            "--client-qps=5.5",
+            "--client-burst",
+            "7",
+            "--kubeconfig=/k",
+        ])
+        .unwrap();
         assert_eq!(cli.client.client_qps, 5.5);
         assert_eq!(cli.client.client_burst, 7);
         assert_eq!(cli.client.kubeconfig, Some(PathBuf::from("/k")));
@@ -407,7 +416,10 @@ mod tests {
         let w: Vec<u128> = (0..3).map(|_| l.reserve_at(t0).as_millis()).collect();
         assert_eq!(w, [100, 200, 300]);
         // After 0.5 s the four reserved tokens are paid back and one is free again.
-        assert_eq!(l.reserve_at(t0 + Duration::from_millis(500)), Duration::ZERO);
+        assert_eq!(
+            l.reserve_at(t0 + Duration::from_millis(500)),
+            Duration::ZERO
+        );
         // An idle bucket refills to the burst, never above.
         let later = t0 + Duration::from_secs(60);
         for _ in 0..3 {
@@ -443,7 +455,13 @@ mod tests {
         l.reserve();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        assert!(text.contains("kube_client_rate_limiter_permits_total 1"), "{text}");
-        assert!(text.contains("kube_client_rate_limiter_wait_seconds_total"), "{text}");
+        assert!(
+            text.contains("kube_client_rate_limiter_permits_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kube_client_rate_limiter_wait_seconds_total"),
+            "{text}"
+        );
     }
 }

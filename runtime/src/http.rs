@@ -15,6 +15,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+/// How long to wait after a failed accept before the next one.
+const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A response with a complete body.
 pub type HttpResponse = Response<Full<Bytes>>;
 
@@ -38,7 +41,9 @@ pub async fn serve<H, F>(
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
+                    // Most often out of file descriptors: retrying at once would spin.
                     tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                     continue;
                 }
             },
@@ -76,7 +81,11 @@ pub async fn serve<H, F>(
 }
 
 /// A response with a status, a content type and a body.
-pub fn respond(status: http::StatusCode, content_type: &str, body: impl Into<Bytes>) -> HttpResponse {
+pub fn respond(
+    status: http::StatusCode,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> HttpResponse {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
     if let Ok(v) = http::HeaderValue::from_str(content_type) {

@@ -189,7 +189,11 @@ pub fn default_identity() -> String {
 
 fn random_u64() -> u64 {
     let mut h = std::hash::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     h.write_u32(std::process::id());
     h.finish()
 }
@@ -237,7 +241,7 @@ impl Leadership {
             Mode::Elected { rx, renew_deadline } => rx
                 .borrow()
                 .leading_until(*renew_deadline)
-                .is_some(),
+                .is_some_and(|until| Instant::now() < until),
         }
     }
 
@@ -383,7 +387,9 @@ impl LeaderElector {
             let wait = if self.leading() {
                 self.timings.retry_period
             } else {
-                self.timings.retry_period.mul_f64(1.0 + (JITTER - 1.0) * unit_random())
+                self.timings
+                    .retry_period
+                    .mul_f64(1.0 + (JITTER - 1.0) * unit_random())
             };
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -544,10 +550,16 @@ impl LeaderElector {
         )
         .await;
         match result {
-            Ok(Ok(true)) => tracing::info!(lease = %self.name, "leader election: released the Lease"),
+            Ok(Ok(true)) => {
+                tracing::info!(lease = %self.name, "leader election: released the Lease")
+            }
             Ok(Ok(false)) => {}
-            Ok(Err(e)) => tracing::warn!(lease = %self.name, error = %e, "leader election: cannot release the Lease; a standby takes over when it expires"),
-            Err(_) => tracing::warn!(lease = %self.name, "leader election: releasing the Lease timed out; a standby takes over when it expires"),
+            Ok(Err(e)) => {
+                tracing::warn!(lease = %self.name, error = %e, "leader election: cannot release the Lease; a standby takes over when it expires")
+            }
+            Err(_) => {
+                tracing::warn!(lease = %self.name, "leader election: releasing the Lease timed out; a standby takes over when it expires")
+            }
         }
     }
 }
@@ -559,7 +571,12 @@ fn holder(spec: &LeaseSpec) -> &str {
 /// The spec that makes `me` the holder, from the current one (client-go's record rules): a
 /// renew keeps the acquire time and the transition count; a takeover sets the acquire time and
 /// counts one more transition; a new Lease starts at 0 transitions.
-fn claim(current: Option<&LeaseSpec>, me: &str, now: jiff::Timestamp, lease_seconds: i32) -> LeaseSpec {
+fn claim(
+    current: Option<&LeaseSpec>,
+    me: &str,
+    now: jiff::Timestamp,
+    lease_seconds: i32,
+) -> LeaseSpec {
     let now = MicroTime(now);
     let Some(current) = current else {
         return LeaseSpec {
@@ -581,9 +598,7 @@ fn claim(current: Option<&LeaseSpec>, me: &str, now: jiff::Timestamp, lease_seco
             Some(now.clone())
         },
         renew_time: Some(now),
-        lease_transitions: Some(
-            current.lease_transitions.unwrap_or(0) + if renew { 0 } else { 1 },
-        ),
+        lease_transitions: Some(current.lease_transitions.unwrap_or(0) + if renew { 0 } else { 1 }),
         ..current.clone()
     }
 }

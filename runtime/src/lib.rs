@@ -2,9 +2,18 @@
 //! the agent behave alike on a cluster: the same flags and environment variables, the same
 //! client behaviour towards the apiserver, the same probes and logs.
 //!
+//! - [`client`](mod@client): one way to reach the hub, rate limited, so that no binary floods the apiserver;
+//! - [`leader`]: several replicas for availability, one writer for correctness;
+//! - [`metrics`]: what Prometheus scrapes and the kubelet probes, on one port;
+//! - [`logging`]: text for people, JSON for collectors, `RUST_LOG` filters;
+//! - [`shutdown`]: SIGTERM starts the hand-over (the Lease release) instead of killing;
+//! - [`http`], [`tls`]: the small server under the metrics and debug endpoints.
+//!
 //! ```no_run
-//! # use clap::Parser;
-//! # use std::sync::Arc;
+//! use std::sync::Arc;
+//! use clap::Parser;
+//! use futures::FutureExt;
+//!
 //! #[derive(Parser)]
 //! struct Cli {
 //!     #[command(flatten)] client: ocm_runtime::ClientArgs,
@@ -12,33 +21,39 @@
 //!     #[command(flatten)] serve: ocm_runtime::ServeArgs,
 //!     #[command(flatten)] log: ocm_runtime::LogArgs,
 //! }
+//!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let cli = Cli::parse();
 //! ocm_runtime::logging::init(&cli.log)?;
+//! let shutdown = ocm_runtime::signal().shared();
 //! let client = ocm_runtime::client(&cli.client, "placement-scheduler/0.1.0").await?;
 //! let health = ocm_runtime::Health::new();
 //! let registry = Arc::new(prometheus_client::registry::Registry::default());
-//! let server = ocm_runtime::serve_metrics(cli.serve.bind().await?, registry, health.clone(), std::future::pending());
-//! let (leadership, elector) = match cli.leader.elector(client.clone(), "placement-scheduler")? {
-//!     Some(e) => (e.leadership(), Some(e)),
-//!     None => (ocm_runtime::Leadership::always(), None),
+//! let listener = cli.serve.bind().await?;
+//! tokio::spawn(ocm_runtime::serve_metrics(listener, registry, health.clone(), shutdown.clone()));
+//! let mut leadership = match cli.leader.elector(client.clone(), "placement-scheduler")? {
+//!     Some(elector) => {
+//!         let leadership = elector.leadership();
+//!         tokio::spawn(elector.run(shutdown.clone()));
+//!         leadership
+//!     }
+//!     None => ocm_runtime::Leadership::always(),
 //! };
-//! # let _ = (server, leadership, elector); Ok(()) }
+//! health.set_ready(true); // a standby is ready too: it is doing its job, waiting
+//! leadership.wait_leader().await;
+//! tokio::select! {
+//!     _ = leadership.lost() => {}  // stop writing; the process exits and restarts as standby
+//!     _ = shutdown => {}
+//! }
+//! # Ok(()) }
 //! ```
 
-/// The hub client: configuration sources, user agent, client-side QPS and burst.
 pub mod client;
-/// A small hyper server with optional TLS, under the metrics server and the debug endpoint.
 pub mod http;
-/// One active replica among several, on a Lease, with a hand-over on shutdown.
 pub mod leader;
-/// Text or JSON logs with `RUST_LOG` filters, to stderr.
 pub mod logging;
-/// `/metrics`, `/healthz`, `/readyz`.
 pub mod metrics;
-/// SIGTERM and Ctrl-C.
 pub mod shutdown;
-/// Server TLS from PEM files.
 pub mod tls;
 
 pub use client::{ClientArgs, ClientError, RateLimiter, client};

@@ -27,7 +27,9 @@ pub enum LogFormat {
 
 #[derive(Debug, Error)]
 pub enum LogError {
-    #[error("invalid log level {filter:?} (--log-level / RUST_LOG; e.g. info or info,kube=debug): {source}")]
+    #[error(
+        "invalid log level {filter:?} (--log-level / RUST_LOG; e.g. info or info,kube=debug): {source}"
+    )]
     Filter {
         filter: String,
         #[source]
@@ -155,7 +157,10 @@ mod tests {
     #[test]
     fn text_and_level() {
         let out = logged(LogFormat::Text, "info");
-        assert!(out.contains("scheduled") && out.contains("placement=\"p1\""), "{out}");
+        assert!(
+            out.contains("scheduled") && out.contains("placement=\"p1\""),
+            "{out}"
+        );
         assert!(!out.contains("hidden"), "{out}");
         assert!(logged(LogFormat::Text, "debug").contains("hidden at info"));
         assert!(!logged(LogFormat::Text, "warn").contains("scheduled"));

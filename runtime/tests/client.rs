@@ -29,10 +29,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "ocm-runtime-client-{}-{name}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("ocm-runtime-client-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         Self(dir)
     }
@@ -63,7 +61,10 @@ async fn the_rate_limit_holds_against_the_apiserver() {
     assert!(results.iter().all(Result::is_ok), "every request succeeds");
     let stats = limiter.stats();
     assert_eq!(stats.permits, n, "every request went through the limiter");
-    assert!(stats.delayed > 0, "requests beyond the burst waited: {stats:?}");
+    assert!(
+        stats.delayed > 0,
+        "requests beyond the burst waited: {stats:?}"
+    );
     // The bucket holds at most `burst` tokens and refills at `qps`: n requests cannot all get
     // a token sooner than (n - burst) / qps after any starting point.
     let floor = Duration::from_secs_f64((n - u64::from(burst)) as f64 / qps);
@@ -153,7 +154,9 @@ async fn kubeconfig_files_are_used_or_refused_by_name() {
         client_burst: 100,
     };
 
-    let c = client(&args(good.clone()), "kubeconfig-test").await.unwrap();
+    let c = client(&args(good.clone()), "kubeconfig-test")
+        .await
+        .unwrap();
     let ns = testenv::namespace(&c, "kubeconfig").await.unwrap();
     assert!(ns.starts_with("kubeconfig"));
 

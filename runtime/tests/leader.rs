@@ -200,7 +200,10 @@ fn waited_for_expiry(history: &[LeaseSpec], old: &str, new: &str, t: LeaderTimin
         waited >= lease - jiff::SignedDuration::from_millis(50),
         "{new} took the Lease {waited:?} after {old}'s last renewal, before it could expire ({lease:?})"
     );
-    assert_eq!(first.lease_transitions, Some(before.lease_transitions.unwrap_or(0) + 1));
+    assert_eq!(
+        first.lease_transitions,
+        Some(before.lease_transitions.unwrap_or(0) + 1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,7 +225,11 @@ async fn exactly_one_of_two_leads_and_the_other_stays_standby() {
     assert!(leader.leads() && !standby.leads());
     let spec = api.get(LEASE).await.unwrap().spec.unwrap();
     assert_eq!(holder(&spec), leader.id);
-    assert_eq!(spec.lease_transitions, Some(0), "the standby never took the Lease");
+    assert_eq!(
+        spec.lease_transitions,
+        Some(0),
+        "the standby never took the Lease"
+    );
     assert_eq!(spec.lease_duration_seconds, Some(6));
     assert!(
         history.all().iter().all(|s| holder(s) == leader.id),
@@ -419,6 +426,10 @@ async fn no_election_means_always_leading() {
         ..args
     };
     let e = bad.elector(cp.client().unwrap(), LEASE).err().unwrap();
-    assert!(e.to_string().contains("must be longer than the renew deadline"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("must be longer than the renew deadline"),
+        "{e}"
+    );
     assert!(Leadership::always().is_leader());
 }

@@ -781,9 +781,9 @@ struct Tls {
 
 /// A self-signed certificate for 127.0.0.1 written to a temporary directory, the server
 /// configuration read from those files, and a client that trusts only that certificate.
-fn self_signed_tls() -> Tls {
+fn self_signed_tls(tag: &str) -> Tls {
     let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    let dir = std::env::temp_dir().join(format!("debug-endpoint-tls-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("debug-endpoint-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::write(&cert, certified.cert.pem()).unwrap();
@@ -1112,7 +1112,7 @@ async fn over_tls_with_a_self_signed_certificate() {
     let ns = testenv::namespace(&admin, "debug-tls").await.unwrap();
     let token = service_account(&admin, &ns, "reader").await;
     grant(&admin, &ns, "reader", &["get"]).await;
-    let server = start(admin.clone(), fleet(&ns), Some(self_signed_tls())).await;
+    let server = start(admin.clone(), fleet(&ns), Some(self_signed_tls(&ns))).await;
 
     let path = format!("/debug/placements/{ns}/web");
     let reply = eventually(

@@ -111,7 +111,7 @@ struct Ctx {
 
 impl Ctx {
     fn in_scope(&self, key: &Key) -> bool {
-        self.options.namespaces.is_empty() || self.options.namespaces.iter().any(|n| *n == key.0)
+        self.options.namespaces.is_empty() || self.options.namespaces.contains(&key.0)
     }
 
     fn enqueue(&self, keys: BTreeSet<Key>) {

@@ -182,14 +182,14 @@ impl Writer {
                 let mut body = (**d).clone();
                 let status = body.status.take();
                 let post = PostParams::default();
-                match self
+                let created = match self
                     .call("create", "placementdecisions", what, || {
                         api.create(&post, &body)
                     })
                     .await
                 {
-                    Ok(_) => {}
-                    // Our cache was behind: the object exists; the status write below fixes it.
+                    Ok(c) => Some(c),
+                    // Our cache was behind: the object exists; make its labels and status ours.
                     Err(WriteError::Api { source, .. }) if already_exists(&source) => {
                         let labels = json!({"metadata": {"labels": body.metadata.labels}});
                         let patch = Patch::Merge(&labels);
@@ -197,8 +197,14 @@ impl Writer {
                             api.patch(name, &pp, &patch)
                         })
                         .await?;
+                        None
                     }
                     Err(e) => return Err(e),
+                };
+                // The apiserver drops status on create; an empty one needs no write.
+                let empty = status.as_ref().is_none_or(|s| s.decisions.is_empty());
+                if let (Some(c), true) = (&created, empty) {
+                    return Ok(Some(c.clone()));
                 }
                 let status = json!({"status": status});
                 let patch = Patch::Merge(&status);

@@ -93,22 +93,38 @@ pub fn decision_name(placement: &str, k: u32) -> String {
 
 /// Builds the groups for `selected` (any order), keeping what `existing` (this placement's
 /// current PlacementDecisions) already says where it can.
+///
+/// A bad `clustersPerDecisionGroup` yields no groups at all. A bad group selector yields the
+/// groups of the named groups before it and nothing else (upstream returns what it has built
+/// when it meets the bad selector); either way the status says what is wrong.
 pub fn build(
     placement: &str,
     strategy: &GroupStrategy,
     selected: &[&ClusterInfo],
     existing: &[&PlacementDecision],
-) -> Result<Vec<Group>, Status> {
+) -> (Vec<Group>, Option<Status>) {
     let total = selected.len();
-    let length = group_length(strategy.clusters_per_decision_group.as_ref(), total)?;
+    let length = match group_length(strategy.clusters_per_decision_group.as_ref(), total) {
+        Ok(l) => l,
+        Err(st) => return (Vec::new(), Some(st)),
+    };
     let mut named = Vec::with_capacity(strategy.decision_groups.len());
+    let mut broken: Option<Status> = None;
     for g in &strategy.decision_groups {
         let s = &g.group_cluster_selector;
-        let labels = Selector::from_label_selector(&s.label_selector)
-            .map_err(|e| Status::misconfigured("", e.to_string()))?;
-        let claims = Selector::from_requirements(&s.claim_selector.match_expressions)
-            .map_err(|e| Status::misconfigured("", e.to_string()))?;
-        named.push((g.group_name.as_str(), labels, claims));
+        let selectors = Selector::from_label_selector(&s.label_selector).and_then(|labels| {
+            Ok((
+                labels,
+                Selector::from_requirements(&s.claim_selector.match_expressions)?,
+            ))
+        });
+        match selectors {
+            Ok((labels, claims)) => named.push((g.group_name.as_str(), labels, claims)),
+            Err(e) => {
+                broken = Some(Status::misconfigured("", e.to_string()));
+                break;
+            }
+        }
     }
 
     // The previous layout, from objects named like ours with a readable group index.
@@ -150,6 +166,11 @@ pub fn build(
 
     // Classes: named groups in spec order (first match wins), then the unnamed rest.
     let mut classes: Vec<Vec<&ClusterInfo>> = vec![Vec::new(); named.len() + 1];
+    let class_count = if broken.is_some() {
+        named.len()
+    } else {
+        named.len() + 1
+    };
     let mut ordered: Vec<&ClusterInfo> = selected.to_vec();
     ordered.sort_by(|a, b| a.name.cmp(&b.name));
     for c in ordered {
@@ -168,7 +189,7 @@ pub fn build(
     }
     let mut built: Vec<Building> = Vec::new();
     let mut claimed_groups: HashSet<i64> = HashSet::new();
-    for (class, members) in classes.iter().enumerate() {
+    for (class, members) in classes.iter().enumerate().take(class_count) {
         let class_name = named.get(class).map_or("", |(n, _, _)| *n);
         // This class's previous groups, in index order.
         let mut mine: Vec<(i64, Building)> = previous_groups
@@ -240,7 +261,7 @@ pub fn build(
         }
         built.extend(groups);
     }
-    if built.is_empty() {
+    if built.is_empty() && broken.is_none() {
         built.push(Building {
             name: String::new(),
             slices: Vec::new(),
@@ -285,7 +306,7 @@ pub fn build(
             slices,
         });
     }
-    Ok(groups)
+    (groups, broken)
 }
 
 /// Puts a cluster in the first object with room, or a new one.

@@ -119,6 +119,18 @@ impl Laps for () {
     fn lap(&mut self, _: &'static str, _: &str) {}
 }
 
+/// This placement's current decision entries, by cluster name and by snapshot slot.
+struct Own<'a> {
+    by_name: &'a HashMap<&'a str, u32>,
+    by_slot: &'a [u32],
+}
+
+impl Own<'_> {
+    fn of(&self, c: &ClusterInfo) -> u32 {
+        self.by_slot.get(c.slot).copied().unwrap_or(0)
+    }
+}
+
 /// What the filter/prioritize/select part produced.
 #[derive(Default)]
 struct Scheduled<'a> {
@@ -145,13 +157,11 @@ fn run<'a>(
     snapshot: &'a Snapshot,
     placement: &Placement,
     candidates: Vec<&'a ClusterInfo>,
-    own: &HashMap<&str, u32>,
-    own_by_slot: &[u32],
+    own: &Own<'_>,
     now: Timestamp,
     out: &mut Scheduled<'a>,
     laps: &mut dyn Laps,
 ) -> Result<Status, Status> {
-    let own_of = |c: &ClusterInfo| own_by_slot.get(c.slot).copied().unwrap_or(0);
     let spec = &placement.spec;
     let wanted = match spec.number_of_clusters {
         None => None,
@@ -159,8 +169,27 @@ fn run<'a>(
             Status::misconfigured("", format!("numberOfClusters must not be negative: {n}"))
         })?),
     };
-    let predicates = filter::predicate::Predicates::compile(&spec.predicates)?;
-    filter::taint::validate(&spec.tolerations)?;
+    // Filters. Like upstream, a filter with no clusters to look at validates nothing.
+    let (kept, result) = if candidates.is_empty() || spec.predicates.is_empty() {
+        filter::apply(filter::predicate::NAME, candidates, |_| None)
+    } else {
+        let predicates = filter::predicate::Predicates::compile(&spec.predicates)?;
+        filter::apply(filter::predicate::NAME, candidates, |c| {
+            predicates.check(c, snapshot)
+        })
+    };
+    out.filters.push(result);
+    laps.lap("filter", filter::predicate::NAME);
+    let tolerations = &spec.tolerations;
+    if !kept.is_empty() {
+        filter::taint::validate(tolerations)?;
+    }
+    let (kept, result) = filter::apply(filter::taint::NAME, kept, |c| {
+        filter::taint::check(c.taints(), tolerations, own.of(c) > 0, now)
+    });
+    out.filters.push(result);
+    laps.lap("filter", filter::taint::NAME);
+
     let weighted = prioritize::from_policy(&spec.prioritizer_policy)?;
     let constraints = select::constraints(&spec.spread_policy.spread_constraints)?;
     let affinity = prioritize::affinity::parse(
@@ -171,24 +200,10 @@ fn run<'a>(
             .and_then(|a| a.get(prioritize::affinity::ANNOTATION))
             .map(String::as_str),
     )?;
-
     let topologies: Vec<std::sync::Arc<snapshot::Topology>> = constraints
         .iter()
         .map(|c| snapshot.topology(&c.topology_key, c.claim))
         .collect();
-
-    // Filters.
-    let (kept, result) = filter::apply(filter::predicate::NAME, candidates, |c| {
-        predicates.check(c, snapshot)
-    });
-    out.filters.push(result);
-    laps.lap("filter", filter::predicate::NAME);
-    let tolerations = &spec.tolerations;
-    let (kept, result) = filter::apply(filter::taint::NAME, kept, |c| {
-        filter::taint::check(c.taints(), tolerations, own_of(c) > 0, now)
-    });
-    out.filters.push(result);
-    laps.lap("filter", filter::taint::NAME);
     let kept = if constraints.iter().any(|c| c.hard) {
         let (kept, result) = filter::apply(select::PLUGIN, kept, |c| {
             select::missing_key(&constraints, &topologies, c)
@@ -204,7 +219,8 @@ fn run<'a>(
 
     // The toleration timers of the clusters decided now.
     out.requeue_at = filter::taint::requeue_at(
-        own.keys()
+        own.by_name
+            .keys()
             .filter_map(|c| snapshot.cluster(c))
             .map(ClusterInfo::taints),
         tolerations,
@@ -213,10 +229,7 @@ fn run<'a>(
 
     // Prioritizers.
     let mut warning = Status::success();
-    let in_decision: Vec<bool> = filtered
-        .iter()
-        .map(|c| own.contains_key(&*c.name))
-        .collect();
+    let in_decision: Vec<bool> = filtered.iter().map(|c| own.of(c) > 0).collect();
     let mut totals = vec![0i64; filtered.len()];
     let mut results = Vec::with_capacity(weighted.len() + affinity.len());
     let affinity_weighted = affinity
@@ -232,7 +245,9 @@ fn run<'a>(
             continue;
         }
         let scores = match &w.kind {
-            Kind::Balance => prioritize::balance::score(snapshot, own, own_by_slot, filtered),
+            Kind::Balance => {
+                prioritize::balance::score(snapshot, own.by_name, own.by_slot, filtered)
+            }
             Kind::Steady => prioritize::steady::score(&in_decision),
             Kind::ResourceCpu => prioritize::resource::score(filtered.iter().map(|c| c.cpu)),
             Kind::ResourceMemory => prioritize::resource::score(filtered.iter().map(|c| c.memory)),
@@ -391,8 +406,10 @@ pub fn schedule_with(
             snapshot,
             placement,
             candidates,
-            &own,
-            &own_by_slot,
+            &Own {
+                by_name: &own,
+                by_slot: &own_by_slot,
+            },
             now,
             &mut s,
             laps,
@@ -405,9 +422,15 @@ pub fn schedule_with(
         }
     }
     let selected: Vec<&ClusterInfo> = s.selected.iter().map(|&i| s.filtered[i]).collect();
+    let stopped_early = s.spread.as_ref().is_some_and(|r| r.stopped.is_some());
     let unscheduled = match spec.number_of_clusters {
         Some(n) if n >= 0 && !status.is_error() => {
             n.saturating_sub(i32::try_from(selected.len()).unwrap_or(i32::MAX))
+        }
+        // Without numberOfClusters every feasible cluster is wanted: the ones a DoNotSchedule
+        // constraint refused are unscheduled (and the condition says why).
+        None if stopped_early && !status.is_error() => {
+            i32::try_from(s.filtered.len() - selected.len()).unwrap_or(i32::MAX)
         }
         _ => 0,
     };
@@ -422,22 +445,18 @@ pub fn schedule_with(
     // Groups and objects. An Error (inputs we could not read) keeps the current decisions.
     let keep_current = status.code == Code::Error;
     let groups = if keep_current {
-        Ok(Vec::new())
+        Vec::new()
     } else {
-        groups::build(
+        let (groups, problem) = groups::build(
             &name,
             &spec.decision_strategy.group_strategy,
             &selected,
             &existing,
-        )
-    };
-    let groups = match groups {
-        Ok(g) => g,
-        Err(st) => {
-            // Upstream: a bad group strategy yields no groups, so every decision is deleted.
+        );
+        if let Some(st) = problem {
             status = st;
-            Vec::new()
         }
+        groups
     };
     let by_score = spec.sort_by == sort_by::SCORE;
     let mut decisions: Vec<PlacementDecision> = groups
@@ -548,7 +567,7 @@ pub fn schedule_with(
                 spec.cluster_sets.join(",")
             ),
         )
-    } else if members.is_empty() && status.code != Code::Error {
+    } else if available.is_empty() && status.code != Code::Error {
         (
             "False",
             pc::reason::ALL_MANAGED_CLUSTER_SETS_EMPTY,
@@ -663,12 +682,14 @@ pub fn rate_limit(text: &str) -> SignedDuration {
     let Ok(n) = text[..text.len() - unit.len_utf8()].parse::<i64>() else {
         return default;
     };
-    match unit {
-        's' => SignedDuration::from_secs(n),
-        'm' => SignedDuration::from_mins(n),
-        'h' => SignedDuration::from_hours(n),
-        _ => default,
-    }
+    let seconds = match unit {
+        's' => Some(n),
+        'm' => n.checked_mul(60),
+        'h' => n.checked_mul(3600),
+        _ => return default,
+    };
+    // Beyond what a duration holds: as good as forever.
+    SignedDuration::from_secs(seconds.unwrap_or(i64::MAX).min(i64::MAX / 2))
 }
 
 #[cfg(test)]

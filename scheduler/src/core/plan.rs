@@ -30,6 +30,12 @@ fn entries<'a>(names: impl IntoIterator<Item = &'a String>) -> Vec<ClusterDecisi
         .collect()
 }
 
+/// Equal decisions, a missing status counting as an empty one (upstream's semantic DeepEqual
+/// treats a nil and an empty list alike).
+fn same_status(a: &PlacementDecision, b: &PlacementDecision) -> bool {
+    decision_entries(a).eq(decision_entries(b))
+}
+
 /// One write to the hub, in the order planned.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
@@ -249,7 +255,11 @@ pub fn writes(
             ),
             decision: name.clone(),
         }];
-        events.extend(status_events(ctx, &name));
+        // The status is written right after the create; an empty one is not (the apiserver
+        // already holds an empty status), so it has no update events either (as upstream).
+        if decision_entries(&d).next().is_some() {
+            events.extend(status_events(ctx, &name));
+        }
         out.push(PlannedWrite {
             write: Write::Create(Box::new(d)),
             events,
@@ -261,7 +271,7 @@ pub fn writes(
         .iter()
         .filter(|d| match old.get(&name_of(d)) {
             None => true,
-            Some(o) => o.status != d.status || o.metadata.labels != d.metadata.labels,
+            Some(o) => !same_status(o, d) || o.metadata.labels != d.metadata.labels,
         })
         .collect();
     let mut grown: BTreeSet<String> = BTreeSet::new();
@@ -291,8 +301,7 @@ pub fn writes(
             match old.get(&name) {
                 None if !grown.contains(&name) => create(&mut out, d.clone()),
                 prev => {
-                    let prev_status = prev.and_then(|o| o.status.as_ref());
-                    if grown.contains(&name) || prev_status != d.status.as_ref() {
+                    if grown.contains(&name) || prev.is_none_or(|o| !same_status(o, d)) {
                         status_write(&mut out, &name, decisions);
                     }
                     // A grown object that did not exist was created with its final labels.
@@ -354,7 +363,7 @@ pub fn writes(
             })
             .unwrap_or_default();
         for chunk in transit.chunks(MAX_DECISIONS_PER_OBJECT) {
-            spill_k += 1;
+            spill_k = spill_k.saturating_add(1);
             let spill = decision_name(ctx.placement, spill_k);
             let decisions = entries(chunk);
             let labels = d.metadata.labels.clone().unwrap_or_default();

@@ -122,16 +122,26 @@ pub fn check(
 }
 
 /// The earliest time a currently tolerated taint on a decided cluster stops being tolerated.
+/// A cluster with a taint that is not tolerated at all is leaving anyway: its timers do not
+/// count (as upstream's `isClusterTolerated`).
 pub fn requeue_at<'a>(
     decided_taints: impl Iterator<Item = &'a [Taint]>,
     tolerations: &[Toleration],
     now: Timestamp,
 ) -> Option<Timestamp> {
     decided_taints
-        .flat_map(|ts| ts.iter())
-        .filter_map(|t| match judge(t, tolerations, true, now) {
-            Verdict::Tolerated(until) => until,
-            Verdict::NotTolerated { .. } => None,
+        .filter_map(|taints| {
+            let mut earliest: Option<Timestamp> = None;
+            for t in taints {
+                match judge(t, tolerations, true, now) {
+                    Verdict::Tolerated(Some(until)) => {
+                        earliest = Some(earliest.map_or(until, |e| e.min(until)));
+                    }
+                    Verdict::Tolerated(None) => {}
+                    Verdict::NotTolerated { .. } => return None,
+                }
+            }
+            earliest
         })
         .min()
 }

@@ -38,7 +38,10 @@ pub fn score(
                 out.expired
                     .push(format!("{}/{}", c.name, coord.resource_name));
             } else {
-                if let Some(until) = *valid_until {
+                // Expiry is strict (`now > validUntil`): look again a second later.
+                if let Some(until) =
+                    valid_until.and_then(|u| u.checked_add(jiff::SignedDuration::from_secs(1)).ok())
+                {
                     out.next_expiry =
                         Some(out.next_expiry.map_or(until, |n: Timestamp| n.min(until)));
                 }

@@ -709,3 +709,87 @@ fn cel_predicates_on_labels_claims_and_scores() {
         "a score update is seen"
     );
 }
+
+#[test]
+fn review_edge_cases() {
+    // A scoreRateLimit the CRD accepts but no duration holds: no panic.
+    let w = five();
+    let o = w.schedule(&placement(
+        "ns",
+        "p",
+        json!({"scoreRateLimit": "9999999999999999h"}),
+    ));
+    assert_eq!(o.selected.len(), 5);
+
+    // Like upstream, filters with no clusters to look at validate nothing.
+    let mut empty = five();
+    empty.snapshot.remove_binding("ns", "set");
+    let o = empty.schedule(&placement("ns", "p", json!({"predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": ["xxxx"]}}}]})));
+    assert_eq!(condition(&o, "PlacementMisconfigured").0, "False");
+    let o = w.schedule(&placement("ns", "p", json!({
+        "predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"none": "x"}}}}],
+        "tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]})));
+    assert_eq!(condition(&o, "PlacementMisconfigured").0, "False");
+
+    // Only terminating members: the sets count as empty.
+    let mut t = World::new(vec![cluster("a").terminating()]);
+    let o = t.schedule(&placement("ns", "p", json!({})));
+    assert_eq!(
+        condition(&o, "PlacementSatisfied").1,
+        "AllManagedClusterSetsEmpty"
+    );
+    t.add(cluster("b"));
+
+    // DoNotSchedule refusals show without numberOfClusters too.
+    let w2 = World::new(vec![
+        cluster("a1").label("zone", "a"),
+        cluster("a2").label("zone", "a"),
+        cluster("a3").label("zone", "a"),
+        cluster("b1").label("zone", "b"),
+    ]);
+    let o = w2.schedule(&placement("ns", "p", json!({"spreadPolicy": {"spreadConstraints": [
+        {"topologyKey": "zone", "topologyKeyType": "Label", "whenUnsatisfiable": "DoNotSchedule"}]}})));
+    assert_eq!(o.unscheduled, 1);
+    let (_, reason, msg) = condition(&o, "PlacementSatisfied");
+    assert_eq!(reason, "NotAllDecisionsScheduled");
+    assert!(
+        msg.starts_with(
+            "1 cluster decisions unscheduled: spread constraints allow no more clusters"
+        ),
+        "{msg}"
+    );
+
+    // A new empty decision: only DecisionCreate (upstream's status patch is a no-op).
+    let o = w.schedule(&placement("ns", "p", json!({"numberOfClusters": 0})));
+    let events: Vec<&str> = o.events().map(|e| e.reason).collect();
+    assert_eq!(events, ["DecisionCreate"]);
+
+    // A bad selector in a later group keeps the groups before it.
+    let g = World::new(vec![cluster("c1").label("g", "1"), cluster("c2")]);
+    let o = g.schedule(&placement("ns", "p", json!({"decisionStrategy": {"groupStrategy": {"decisionGroups": [
+        {"groupName": "one", "groupClusterSelector": {"labelSelector": {"matchLabels": {"g": "1"}}}},
+        {"groupName": "two", "groupClusterSelector": {"labelSelector": {"matchExpressions": [{"key": "g", "operator": "In", "values": []}]}}}]}}})));
+    assert_eq!(o.status.code, Code::Misconfigured);
+    let groups: Vec<(String, i32)> = o
+        .placement_status
+        .decision_groups
+        .iter()
+        .map(|g| (g.decision_group_name.clone(), g.clusters_count))
+        .collect();
+    assert_eq!(groups, [("one".to_string(), 1)]);
+
+    // A decided cluster that is leaving anyway adds no requeue time.
+    let mut r = World::new(vec![
+        cluster("a")
+            .taint("soon", "", "NoSelect", Some(at(0)))
+            .taint("never", "", "NoSelect", Some(at(0))),
+    ]);
+    r.decision(decision("ns", "p", 1, (0, ""), &["a"]));
+    let o = r.schedule(&placement(
+        "ns",
+        "p",
+        json!({"tolerations": [{"key": "soon", "operator": "Exists", "tolerationSeconds": 100}]}),
+    ));
+    assert!(o.selected.is_empty());
+    assert_eq!(o.requeue_at, None);
+}

@@ -126,7 +126,7 @@ fn v6_addon_scores_exact() {
     assert_eq!(chosen(&o), ["c0", "c2"]);
     assert_eq!(
         o.requeue_at,
-        Some(at(600).0),
+        Some(at(601).0),
         "reschedule when the scores expire"
     );
 }
