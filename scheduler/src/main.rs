@@ -2,8 +2,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use futures::FutureExt;
+use placement_scheduler::controller::{self, Handle, Leader, Options};
 use placement_scheduler::simulate::{self, Objects, report};
 
 /// The OCM placement scheduler.
@@ -19,6 +23,9 @@ enum Command {
     /// Schedule the Placements in YAML files (as `kubectl get -o yaml` exports them) without
     /// a cluster, and explain the decisions. With no path, runs on the built-in example fleet.
     Simulate(SimulateArgs),
+    /// Run the placement controller against a hub: watch, schedule, write PlacementDecisions
+    /// and Placement status; serve /metrics, /healthz, /readyz and the debug endpoint.
+    Controller(Box<ControllerArgs>),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -46,19 +53,54 @@ struct SimulateArgs {
     placements: Vec<String>,
 }
 
+#[derive(clap::Args)]
+struct ControllerArgs {
+    #[command(flatten)]
+    client: ocm_runtime::ClientArgs,
+    #[command(flatten)]
+    leader: ocm_runtime::LeaderArgs,
+    #[command(flatten)]
+    serve: ocm_runtime::ServeArgs,
+    #[command(flatten)]
+    log: ocm_runtime::LogArgs,
+    /// Placements scheduled at once (each placement's writes stay in order).
+    #[arg(long, env = "WORKERS", default_value_t = 8)]
+    workers: usize,
+    /// Reschedule every placement this often even without events (e.g. 10m).
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "10m", value_parser = ocm_runtime::leader::parse_duration)]
+    resync_period: Duration,
+    /// How long an event waits before its placements are scheduled, so that bursts coalesce.
+    #[arg(long, env = "EVENT_DEBOUNCE", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
+    event_debounce: Duration,
+    /// Only schedule Placements in these namespaces (comma separated; default all).
+    #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Where the debug endpoint listens; empty to turn it off.
+    #[arg(long, env = "DEBUG_BIND_ADDRESS", default_value = "0.0.0.0:9443")]
+    debug_bind_address: String,
+    /// TLS certificate (PEM) for the debug endpoint; with --tls-key-file it serves HTTPS.
+    #[arg(long, env = "TLS_CERT_FILE", requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    #[arg(long, env = "TLS_KEY_FILE", requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Simulate(args) => match simulate_cmd(args) {
-            Ok(out) => {
-                print!("{out}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+    let result = match cli.command {
+        Command::Simulate(args) => simulate_cmd(args).map(|out| print!("{out}")),
+        Command::Controller(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(Into::into)
+            .and_then(|rt| rt.block_on(controller_cmd(*args))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -90,4 +132,79 @@ fn simulate_cmd(args: SimulateArgs) -> Result<String, Box<dyn std::error::Error>
         Output::Json => format!("{:#}\n", report::objects(&results)),
         Output::Yaml => serde_saphyr::to_string(&report::objects(&results))?,
     })
+}
+
+async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::Error>> {
+    ocm_runtime::logging::init(&args.log)?;
+    let shutdown = ocm_runtime::signal().shared();
+    let user_agent = concat!("placement-scheduler/", env!("CARGO_PKG_VERSION"));
+    let config = ocm_runtime::client::load_config(args.client.kubeconfig.as_deref()).await?;
+    let limiter = args.client.rate_limiter()?;
+    let client = ocm_runtime::client::client_with(config, limiter.as_ref(), user_agent)?;
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    if let Some(l) = &limiter {
+        l.register(&mut registry);
+    }
+    let handle = Handle::new(&mut registry);
+    let registry = Arc::new(registry);
+    let health = ocm_runtime::Health::new();
+    let metrics_listener = args.serve.bind().await?;
+    tokio::spawn(ocm_runtime::serve_metrics(
+        metrics_listener,
+        registry,
+        health.clone(),
+        shutdown.clone(),
+    ));
+
+    if !args.debug_bind_address.is_empty() {
+        let listener = tokio::net::TcpListener::bind(&args.debug_bind_address)
+            .await
+            .map_err(|e| format!("--debug-bind-address {}: {e}", args.debug_bind_address))?;
+        let tls = match (&args.tls_cert_file, &args.tls_key_file) {
+            (Some(cert), Some(key)) => Some(ocm_runtime::tls::server_config(cert, key)?),
+            _ => None,
+        };
+        let source: Arc<dyn placement_scheduler::debug::DebugSource> = Arc::new(handle.clone());
+        tokio::spawn(placement_scheduler::debug::serve(
+            listener,
+            tls,
+            client.clone(),
+            source,
+            shutdown.clone(),
+        ));
+    }
+
+    let leader: Arc<dyn Leader> =
+        match args.leader.elector(client.clone(), "placement-scheduler")? {
+            Some(elector) => {
+                let leadership = elector.leadership();
+                tracing::info!(identity = elector.identity(), "leader election on");
+                tokio::spawn(elector.run(shutdown.clone()));
+                Arc::new(leadership)
+            }
+            None => Arc::new(controller::AlwaysLeader),
+        };
+
+    // Ready once every watch has listed; a standby is ready too (it keeps warm stores).
+    tokio::spawn({
+        let handle = handle.clone();
+        let health = health.clone();
+        async move {
+            while !handle.ready() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            health.set_ready(true);
+        }
+    });
+
+    let options = Options {
+        workers: args.workers,
+        resync: args.resync_period,
+        namespaces: args.namespaces,
+        debounce: args.event_debounce,
+        leader,
+    };
+    controller::run(client, handle, options, shutdown).await;
+    Ok(())
 }

@@ -607,3 +607,147 @@ async fn a_restart_rewrites_nothing() {
     assert_eq!(versions(&hub).await, settled, "a restart rewrote something");
     let _ = ManagedCluster::default();
 }
+
+#[tokio::test]
+async fn a_burst_of_score_updates_is_coalesced() {
+    let hub = Hub::new("pl-burst").await;
+    let names = hub.clusters(&["a", "b", "c", "d", "e"], json!({})).await;
+    hub.placement("p", json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1}]}})).await;
+    hub.expect("p", &["a"]).await;
+    let passes = || {
+        let m = &hub.controller.as_ref().unwrap().handle.metrics;
+        ["success", "warning"]
+            .iter()
+            .map(|r| {
+                m.schedules
+                    .get_or_create(&placement_scheduler::controller::metrics::ResultLabels {
+                        result: r.to_string(),
+                    })
+                    .get()
+            })
+            .sum::<u64>()
+    };
+    for n in &names {
+        hub.score(n, "demo", &[("demo", 0)], None).await;
+    }
+    hub.expect("p", &["a"]).await;
+    let before = passes();
+    // 1,000 score updates, 50 at a time; the last one makes e the best.
+    let mut writes = Vec::new();
+    for i in 0..1000 {
+        let cluster = names[i % 4].clone();
+        let value = (i % 50) as i32;
+        writes.push((cluster, value));
+    }
+    for chunk in writes.chunks(50) {
+        let futs = chunk.iter().map(|(c, v)| {
+            let v = *v;
+            let hub = &hub;
+            async move { hub.score(c, "demo", &[("demo", v)], None).await }
+        });
+        futures::future::join_all(futs).await;
+    }
+    hub.score(&names[4], "demo", &[("demo", 100)], None).await;
+    hub.expect("p", &["e"]).await;
+    let spent = passes() - before;
+    assert!(
+        spent < 200,
+        "1,000 score updates cost {spent} scheduling passes"
+    );
+}
+
+#[tokio::test]
+async fn regrouping_never_hides_a_kept_cluster_from_a_watcher() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let hub = Hub::new("pl-regroup").await;
+    let names: Vec<String> = (0..150).map(|i| format!("c{i:03}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    hub.clusters(&refs, json!({})).await;
+    hub.placement("p", json!({})).await;
+    hub.expect_count("p", 150).await;
+
+    // Watch every PlacementDecision of the placement and check, after each event, that no
+    // cluster selected before and after is missing from all of them.
+    let api: Api<PlacementDecision> = Api::namespaced(hub.client.clone(), &hub.ns);
+    let cfg = watcher::Config::default().labels("cluster.open-cluster-management.io/placement=p");
+    let kept: BTreeSet<String> = names[..140].iter().map(|n| hub.cluster_name(n)).collect();
+    let checker = tokio::spawn({
+        let kept = kept.clone();
+        async move {
+            let mut state: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            let mut stream = watcher::watcher(api, cfg).boxed();
+            let mut events = 0usize;
+            let mut init: Option<BTreeMap<String, BTreeSet<String>>> = None;
+            while let Some(ev) = stream.next().await {
+                let members = |d: &PlacementDecision| -> BTreeSet<String> {
+                    d.status
+                        .iter()
+                        .flat_map(|s| s.decisions.iter().map(|e| e.cluster_name.clone()))
+                        .collect()
+                };
+                match ev.unwrap() {
+                    watcher::Event::Init => {
+                        init = Some(BTreeMap::new());
+                        continue;
+                    }
+                    watcher::Event::InitApply(d) => {
+                        init.get_or_insert_default()
+                            .insert(d.metadata.name.clone().unwrap(), members(&d));
+                        continue;
+                    }
+                    watcher::Event::InitDone => state = init.take().unwrap_or_default(),
+                    watcher::Event::Apply(d) => {
+                        state.insert(d.metadata.name.clone().unwrap(), members(&d));
+                    }
+                    watcher::Event::Delete(d) => {
+                        state.remove(&d.metadata.name.clone().unwrap());
+                    }
+                }
+                events += 1;
+                let present: BTreeSet<&String> = state.values().flatten().collect();
+                let missing: Vec<&String> = kept.iter().filter(|c| !present.contains(c)).collect();
+                assert!(
+                    missing.is_empty(),
+                    "after {events} events, kept clusters missing: {missing:?}"
+                );
+                // Done once the final layout is in: 4 groups of 40/40/40/30 without c140..c149.
+                let total: usize = state.values().map(BTreeSet::len).sum();
+                if total == 140 && state.len() == 4 {
+                    return events;
+                }
+            }
+            events
+        }
+    });
+    // Regroup: 40 per group, and the last ten clusters leave; the split moves clusters from
+    // the first object (100) into new ones.
+    hub.patch_placement(
+        "p",
+        json!({"spec": {"decisionStrategy": {"groupStrategy": {"clustersPerDecisionGroup": 40}}}}),
+    )
+    .await;
+    for n in &names[140..] {
+        hub.delete_cluster(&hub.cluster_name(n)).await;
+    }
+    let events = tokio::time::timeout(DEADLINE, checker)
+        .await
+        .expect("regrouping finished")
+        .unwrap();
+    assert!(events > 2, "saw {events} events");
+    let counts = eventually("the status to show the new groups", || async {
+        let p = hub.get_placement("p").await;
+        let counts: Vec<i32> = p
+            .status?
+            .decision_groups
+            .iter()
+            .map(|g| g.clusters_count)
+            .collect();
+        (counts.iter().sum::<i32>() == 140).then_some(counts)
+    })
+    .await;
+    assert!(counts.iter().all(|c| *c <= 40), "{counts:?}");
+}

@@ -44,6 +44,12 @@ pub trait Leader: Send + Sync + 'static {
     fn is_leader(&self) -> bool;
 }
 
+impl Leader for ocm_runtime::Leadership {
+    fn is_leader(&self) -> bool {
+        ocm_runtime::Leadership::is_leader(self)
+    }
+}
+
 /// Always the leader (leader election disabled, or a test).
 pub struct AlwaysLeader;
 
@@ -62,6 +68,8 @@ pub struct Options {
     /// Only placements in these namespaces (empty: all). Decisions in every namespace are
     /// still read (Balance counts them all).
     pub namespaces: Vec<String>,
+    /// How long an event waits before its placements are scheduled (bursts coalesce).
+    pub debounce: Duration,
     pub leader: Arc<dyn Leader>,
 }
 
@@ -71,6 +79,7 @@ impl Default for Options {
             workers: 8,
             resync: Duration::from_secs(600),
             namespaces: Vec::new(),
+            debounce: Duration::from_millis(100),
             leader: Arc::new(AlwaysLeader),
         }
     }
@@ -99,6 +108,22 @@ impl Handle {
     /// Every watch has listed once.
     pub fn ready(&self) -> bool {
         self.synced.load(Ordering::SeqCst) >= KINDS
+    }
+}
+
+/// The debug endpoint schedules from the controller's stores.
+impl crate::debug::DebugSource for Handle {
+    fn placement(&self, namespace: &str, name: &str) -> Option<Arc<Placement>> {
+        self.state
+            .read()
+            .placements
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    fn schedule(&self, placement: &Placement) -> core::Outcome {
+        let st = self.state.read();
+        core::schedule(&st.snapshot, placement, now_seconds())
     }
 }
 
@@ -158,7 +183,7 @@ pub async fn run(
     );
     let ctx = Arc::new(Ctx {
         handle,
-        queue: Queue::default(),
+        queue: Queue::with_debounce(options.debounce),
         writer,
         options,
     });

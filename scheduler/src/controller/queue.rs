@@ -1,7 +1,9 @@
 //! The work queue: a coalescing set of dirty placements, timers for requeues, and per-key
 //! backoff for failed writes. A key is never handed to two workers at once; a key that
 //! becomes dirty while it is being processed is handed out again when it is done. However
-//! many events hit one placement while it waits, it is scheduled once.
+//! many events hit one placement while it waits, it is scheduled once; an event waits a short
+//! debounce first, so that a burst (a thousand score updates in a second) costs a handful of
+//! passes, not a thousand.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -12,30 +14,55 @@ use tokio::time::Instant;
 
 use super::triggers::Key;
 
+/// Why a timer holds a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// The key is queued and waits out the debounce.
+    Debounced,
+    /// A requeue (a toleration expiry, a backoff): add the key when due.
+    Requeue,
+}
+
 #[derive(Default)]
 struct Inner {
     ready: VecDeque<Key>,
+    /// Keys waiting, in `ready` or in a debounce timer (never both).
     queued: HashSet<Key>,
     processing: HashSet<Key>,
     dirty_while_processing: HashSet<Key>,
-    timers: BTreeMap<Instant, Vec<Key>>,
+    timers: BTreeMap<Instant, Vec<(Key, Due)>>,
     failures: HashMap<Key, u32>,
+    debounce: Duration,
 }
 
 impl Inner {
-    fn add(&mut self, key: Key) {
+    fn add(&mut self, key: Key, debounce: bool, now: Instant) {
         if self.processing.contains(&key) {
             self.dirty_while_processing.insert(key);
         } else if self.queued.insert(key.clone()) {
-            self.ready.push_back(key);
+            if debounce && !self.debounce.is_zero() {
+                self.timers
+                    .entry(now + self.debounce)
+                    .or_default()
+                    .push((key, Due::Debounced));
+            } else {
+                self.ready.push_back(key);
+            }
         }
     }
 
     fn promote_due(&mut self, now: Instant) {
         let later = self.timers.split_off(&(now + Duration::from_nanos(1)));
         let due = std::mem::replace(&mut self.timers, later);
-        for key in due.into_values().flatten() {
-            self.add(key);
+        for (key, why) in due.into_values().flatten() {
+            match why {
+                Due::Debounced => {
+                    if self.queued.contains(&key) {
+                        self.ready.push_back(key);
+                    }
+                }
+                Due::Requeue => self.add(key, false, now),
+            }
         }
     }
 }
@@ -51,6 +78,13 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// A queue whose events wait `debounce` before they are handed out.
+    pub fn with_debounce(debounce: Duration) -> Self {
+        let q = Queue::default();
+        q.with(|i| i.debounce = debounce);
+        q
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
         let mut guard = match self.inner.lock() {
             Ok(g) => g,
@@ -61,16 +95,19 @@ impl Queue {
         f(&mut guard)
     }
 
+    /// Adds a key after the debounce.
     pub fn add(&self, key: Key) {
-        self.with(|i| i.add(key));
+        let now = Instant::now();
+        self.with(|i| i.add(key, true, now));
         self.notify.notify_one();
     }
 
     pub fn add_all<'a>(&self, keys: impl IntoIterator<Item = &'a Key>) {
         let mut any = false;
+        let now = Instant::now();
         self.with(|i| {
             for k in keys {
-                i.add(k.clone());
+                i.add(k.clone(), true, now);
                 any = true;
             }
         });
@@ -81,7 +118,7 @@ impl Queue {
 
     /// Adds the key at `at` (earlier timers for it are kept; the key is scheduled once when due).
     pub fn add_at(&self, key: Key, at: Instant) {
-        self.with(|i| i.timers.entry(at).or_default().push(key));
+        self.with(|i| i.timers.entry(at).or_default().push((key, Due::Requeue)));
         self.notify.notify_one();
     }
 
@@ -104,10 +141,11 @@ impl Queue {
 
     /// Marks a key handed out by [`Queue::next_batch`] as done.
     pub fn done(&self, key: &Key) {
+        let now = Instant::now();
         let again = self.with(|i| {
             i.processing.remove(key);
             if i.dirty_while_processing.remove(key) {
-                i.add(key.clone());
+                i.add(key.clone(), true, now);
                 true
             } else {
                 false
@@ -160,6 +198,23 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_within_the_debounce_is_one_pass() {
+        let q = Queue::with_debounce(Duration::from_millis(100));
+        let start = Instant::now();
+        for _ in 0..1000 {
+            q.add(k("a"));
+        }
+        assert_eq!(q.next_batch(10).await, [k("a")]);
+        assert_eq!(Instant::now() - start, Duration::from_millis(100));
+        // A requeue is not debounced.
+        q.done(&k("a"));
+        let at = Instant::now() + Duration::from_secs(1);
+        q.add_at(k("b"), at);
+        assert_eq!(q.next_batch(10).await, [k("b")]);
+        assert_eq!(Instant::now(), at);
+    }
 
     fn k(n: &str) -> Key {
         ("ns".into(), n.into())
