@@ -753,3 +753,105 @@ async fn regrouping_never_hides_a_kept_cluster_from_a_watcher() {
     .await;
     assert!(counts.iter().all(|c| *c <= 40), "{counts:?}");
 }
+
+#[tokio::test]
+async fn the_global_clusterset_follows_clusters() {
+    let hub = Hub::new("pl-global").await;
+    // `{}` selects every cluster on the hub (other tests' too): the predicate keeps ours.
+    let global = format!("{}-global", hub.ns);
+    hub.create_set(
+        &global,
+        json!({"clusterSelector": {"selectorType": "LabelSelector", "labelSelector": {}}}),
+    )
+    .await;
+    hub.bind(&global).await;
+    let mine = json!({"mine": hub.ns.clone()});
+    hub.placement("p", json!({"clusterSets": [global], "predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": mine}}}]})).await;
+    hub.cluster("a", json!({"mine": hub.ns.clone(), "cluster.open-cluster-management.io/clusterset": "elsewhere"}), serde_json::Value::Null).await;
+    hub.expect("p", &["a"]).await;
+    let b = hub
+        .cluster(
+            "b",
+            json!({"mine": hub.ns.clone()}),
+            serde_json::Value::Null,
+        )
+        .await;
+    hub.expect("p", &["a", "b"]).await;
+    hub.delete_cluster(&b).await;
+    hub.expect("p", &["a"]).await;
+}
+
+#[tokio::test]
+async fn events_follow_the_writes() {
+    use k8s_openapi::api::events::v1::Event;
+    let hub = Hub::new("pl-events").await;
+    hub.clusters(&["a", "b"], json!({})).await;
+    hub.placement("p", json!({})).await;
+    hub.expect("p", &["a", "b"]).await;
+    let api: Api<Event> = Api::namespaced(hub.client.clone(), &hub.ns);
+    let seen = eventually("the scheduler's events", || async {
+        let events = api.list(&Default::default()).await.ok()?.items;
+        let mut reasons: Vec<(String, String, String)> = events
+            .iter()
+            .filter(|e| e.reporting_controller.as_deref() == Some("placement-controller"))
+            .map(|e| {
+                (
+                    e.reason.clone().unwrap_or_default(),
+                    e.type_.clone().unwrap_or_default(),
+                    e.note.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        reasons.sort();
+        (reasons.len() >= 3).then_some(reasons)
+    })
+    .await;
+    let a = hub.cluster_name("a");
+    let b = hub.cluster_name("b");
+    assert!(
+        seen.contains(&(
+            "DecisionCreate".into(),
+            "Normal".into(),
+            format!(
+                "Decision p-decision-1 is created with placement p in namespace {}",
+                hub.ns
+            )
+        )),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&(
+            "DecisionUpdate".into(),
+            "Normal".into(),
+            format!(
+                "Decision p-decision-1 is updated with placement p in namespace {}",
+                hub.ns
+            )
+        )),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&(
+            "ScoreUpdate".into(),
+            "Normal".into(),
+            format!("{a}:100 {b}:100 ")
+        )),
+        "{seen:?}"
+    );
+    let e = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("DecisionCreate"))
+        .unwrap();
+    assert_eq!(
+        e.regarding.as_ref().and_then(|r| r.kind.clone()).as_deref(),
+        Some("Placement")
+    );
+    assert_eq!(
+        e.related.as_ref().and_then(|r| r.name.clone()).as_deref(),
+        Some("p-decision-1")
+    );
+}

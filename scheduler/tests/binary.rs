@@ -1,0 +1,115 @@
+//! The `placement-scheduler controller` binary as a process: flags, readiness, decisions,
+//! metrics, and a clean stop on SIGTERM.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+/// A free loopback port.
+fn port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn get(url: &str) -> Option<(u16, String)> {
+    use http_body_util::BodyExt;
+    let uri: hyper::Uri = url.parse().ok()?;
+    let stream = tokio::net::TcpStream::connect((uri.host()?, uri.port_u16()?))
+        .await
+        .ok()?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .ok()?;
+    tokio::spawn(conn);
+    let req = hyper::Request::get(uri.path())
+        .header("host", "localhost")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .ok()?;
+    let resp = sender.send_request(req).await.ok()?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+#[tokio::test]
+async fn the_controller_binary_schedules_and_stops_on_sigterm() {
+    let hub = Hub::without_controller("pl-bin").await;
+    hub.clusters(&["a", "b"], json!({})).await;
+    let cp = testenv::shared().await;
+    let dir = std::env::temp_dir().join(format!("pl-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    cp.write_kubeconfig(&kubeconfig).unwrap();
+    let metrics = port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
+        .args([
+            "controller",
+            "--leader-elect=false",
+            "--debug-bind-address",
+            "",
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+        .args(["--namespaces", &hub.ns, "--log-format", "json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{metrics}");
+    eventually("/readyz to be 200", || async {
+        get(&format!("{base}/readyz"))
+            .await
+            .filter(|(s, _)| *s == 200)
+    })
+    .await;
+    hub.placement("p", json!({})).await;
+    hub.expect("p", &["a", "b"]).await;
+    let (status, body) = get(&format!("{base}/metrics")).await.unwrap();
+    assert_eq!(status, 200);
+    for name in [
+        "placement_scheduling_duration_seconds",
+        "placement_api_writes_total",
+        "placement_store_objects",
+        "placement_queue_depth",
+        "placement_plugin_duration_seconds",
+    ] {
+        assert!(body.contains(name), "{name} missing from /metrics");
+    }
+    // SIGTERM: a clean exit.
+    let pid = i32::try_from(child.id()).unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller did not stop on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(exit.success(), "exit {exit:?}: {stderr}");
+    assert!(
+        stderr.contains("\"placement controller starting\"")
+            || stderr.contains("placement controller starting"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
