@@ -72,6 +72,11 @@ struct ControllerArgs {
     /// How long an event waits before its placements are scheduled, so that bursts coalesce.
     #[arg(long, env = "EVENT_DEBOUNCE", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
     event_debounce: Duration,
+    /// How long placements using Balance wait after other placements' decisions moved (at
+    /// most one such reschedule per placement per this period, so placements do not chase
+    /// each other).
+    #[arg(long, env = "BALANCE_DELAY", default_value = "30s", value_parser = ocm_runtime::leader::parse_duration)]
+    balance_delay: Duration,
     /// Only schedule Placements in these namespaces (comma separated; default all).
     #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
@@ -203,6 +208,7 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
         resync: args.resync_period,
         namespaces: args.namespaces,
         debounce: args.event_debounce,
+        balance_delay: args.balance_delay,
         leader,
     };
     controller::run(client, handle, options, shutdown).await;

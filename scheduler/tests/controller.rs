@@ -588,11 +588,15 @@ async fn a_restart_rewrites_nothing() {
         v
     }
     // Stable: the same versions twice, two seconds apart.
+    // Settled: the same versions over three samples, three seconds apart (the rate-limit
+    // window is 1 s, so held scores have been written by then).
     let settled = eventually("the placement to settle", || async {
         let a = versions(&hub).await;
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
         let b = versions(&hub).await;
-        (a == b).then_some(b)
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let c = versions(&hub).await;
+        (a == b && b == c).then_some(c)
     })
     .await;
     hub.controller.take().unwrap().stop().await;
@@ -606,7 +610,21 @@ async fn a_restart_rewrites_nothing() {
     hub.placement("probe", json!({"predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"none": "x"}}}}]})).await;
     hub.expect_condition("probe", SATISFIED, "False", "NoManagedClusterMatched")
         .await;
-    assert_eq!(versions(&hub).await, settled, "a restart rewrote something");
+    let after = versions(&hub).await;
+    if after != settled {
+        let ds = hub.decisions("p").await;
+        let p = hub.get_placement("p").await;
+        panic!(
+            "a restart rewrote something: {settled:?} -> {after:?}\ndecisions: {}\nplacement status: {}",
+            serde_json::to_string(
+                &ds.iter()
+                    .map(|d| (&d.metadata.managed_fields, &d.status))
+                    .collect::<Vec<_>>()
+            )
+            .unwrap(),
+            serde_json::to_string(&p.status).unwrap()
+        );
+    }
     let _ = ManagedCluster::default();
 }
 

@@ -70,6 +70,11 @@ pub struct Options {
     pub namespaces: Vec<String>,
     /// How long an event waits before its placements are scheduled (bursts coalesce).
     pub debounce: Duration,
+    /// How long placements using Balance wait after other placements' decisions moved.
+    /// Balance is a spreading hint: rescheduling every Balance user on every move makes
+    /// placements chase each other (with ties, Balance alone never settles); upstream only
+    /// looks again at its 10-minute resync. Here it is at most once per this delay.
+    pub balance_delay: Duration,
     pub leader: Arc<dyn Leader>,
 }
 
@@ -80,6 +85,7 @@ impl Default for Options {
             resync: Duration::from_secs(600),
             namespaces: Vec::new(),
             debounce: Duration::from_millis(100),
+            balance_delay: Duration::from_secs(30),
             leader: Arc::new(AlwaysLeader),
         }
     }
@@ -405,16 +411,22 @@ where
             }
         };
         let relist = matches!(change, Change::Replace(_));
-        let affected = {
+        let (affected, balance) = {
             let mut st = ctx.handle.state.write();
             let out = apply(&mut st, change);
+            let balance = std::mem::take(&mut st.balance_pending);
             for (k, n) in st.snapshot.counts() {
                 ctx.handle.metrics.store(k, n);
             }
             ctx.handle.metrics.store("Placement", st.placements.len());
-            out
+            (out, balance)
         };
         ctx.enqueue(affected);
+        if !balance.is_empty() {
+            let keys: Vec<Key> = balance.into_iter().filter(|k| ctx.in_scope(k)).collect();
+            ctx.queue
+                .add_all_after(keys.iter(), ctx.options.balance_delay);
+        }
         if relist {
             if !synced {
                 synced = true;
@@ -502,12 +514,20 @@ async fn process(ctx: &Ctx, key: &Key) {
         Code::Error => "error",
         Code::Misconfigured => "misconfigured",
     };
-    match ctx
+    let written = ctx
         .writer
         .apply(&ctx.handle.state, &placement, &outcome)
-        .await
-    {
-        Ok(()) => {
+        .await;
+    // Decisions written through the cache may have moved other placements' Balance.
+    let balance = std::mem::take(&mut ctx.handle.state.write().balance_pending);
+    if !balance.is_empty() {
+        let keys: Vec<Key> = balance.into_iter().filter(|k| ctx.in_scope(k)).collect();
+        ctx.queue
+            .add_all_after(keys.iter(), ctx.options.balance_delay);
+    }
+    match written {
+        Ok(again) => {
+            ctx.enqueue(again);
             ctx.queue.forget(key);
             ctx.handle
                 .metrics

@@ -116,6 +116,31 @@ impl Queue {
         }
     }
 
+    /// Adds keys after `delay` instead of the usual debounce; a key already waiting keeps its
+    /// earlier turn. However often this is called, a key waits at most one `delay`.
+    pub fn add_all_after<'a>(&self, keys: impl IntoIterator<Item = &'a Key>, delay: Duration) {
+        let at = Instant::now() + delay;
+        self.with(|i| {
+            for k in keys {
+                if i.processing.contains(k) {
+                    // Handled when done, after the usual debounce: the delay restarts then.
+                    if !i.queued.contains(k) {
+                        i.timers
+                            .entry(at)
+                            .or_default()
+                            .push((k.clone(), Due::Requeue));
+                    }
+                } else if i.queued.insert(k.clone()) {
+                    i.timers
+                        .entry(at)
+                        .or_default()
+                        .push((k.clone(), Due::Debounced));
+                }
+            }
+        });
+        self.notify.notify_one();
+    }
+
     /// Adds the key at `at` (earlier timers for it are kept; the key is scheduled once when due).
     pub fn add_at(&self, key: Key, at: Instant) {
         self.with(|i| i.timers.entry(at).or_default().push((key, Due::Requeue)));

@@ -18,6 +18,9 @@ pub struct State {
     pub snapshot: Snapshot,
     pub placements: BTreeMap<Key, Arc<Placement>>,
     pub index: Index,
+    /// Placements using Balance whose input changed because other placements' decisions
+    /// moved: rescheduled later and coalesced (see `Options::balance_delay`).
+    pub balance_pending: BTreeSet<Key>,
 }
 
 /// Shared between the watches (writers) and the workers (readers). Never held across an await.
@@ -153,7 +156,8 @@ impl State {
     }
 
     /// Applies a PlacementDecision. Its own placement is rescheduled (a user edit is
-    /// overwritten); when the clusters it holds changed, so are the placements using Balance.
+    /// overwritten); when the clusters it holds changed, the placements using Balance are
+    /// marked for a later, coalesced reschedule (`balance_pending`).
     pub fn apply_decision(&mut self, d: PlacementDecision) -> BTreeSet<Key> {
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let name = d.metadata.name.clone().unwrap_or_default();
@@ -179,7 +183,15 @@ impl State {
             }
         }
         if moved {
-            out.extend(self.index.balance_users().cloned());
+            // Other placements' Balance changes; this decision's own placement excludes it.
+            let own: Vec<&Key> = out.iter().collect();
+            let users: Vec<Key> = self
+                .index
+                .balance_users()
+                .filter(|k| !own.contains(k))
+                .cloned()
+                .collect();
+            self.balance_pending.extend(users);
         }
         self.snapshot.upsert_decision(Arc::new(d));
         out
@@ -192,7 +204,14 @@ impl State {
                 out.insert((ns.to_owned(), p.to_owned()));
             }
             if decision_entries(&old).next().is_some() {
-                out.extend(self.index.balance_users().cloned());
+                let own: Vec<&Key> = out.iter().collect();
+                let users: Vec<Key> = self
+                    .index
+                    .balance_users()
+                    .filter(|k| !own.contains(k))
+                    .cloned()
+                    .collect();
+                self.balance_pending.extend(users);
             }
         }
         self.snapshot.remove_decision(ns, name);

@@ -16,9 +16,12 @@ use ocm_api::{Placement, PlacementDecision};
 use serde_json::json;
 use thiserror::Error;
 
+use std::collections::BTreeSet;
+
 use super::Leader;
 use super::metrics::Metrics;
 use super::state::Shared;
+use super::triggers::Key;
 use crate::core::Outcome;
 use crate::core::plan::{EventType, PlannedWrite, Write};
 
@@ -120,13 +123,16 @@ impl Writer {
         })
     }
 
-    /// Applies the outcome's writes and the Placement status.
+    /// Applies the outcome's writes and the Placement status. Returns the placements to
+    /// schedule again: the Placement read back from the status write may carry a spec change
+    /// whose own watch event is then no news to the cache.
     pub async fn apply(
         &self,
         state: &Shared,
         placement: &Placement,
         outcome: &Outcome,
-    ) -> Result<(), WriteError> {
+    ) -> Result<BTreeSet<Key>, WriteError> {
+        let mut again = BTreeSet::new();
         let ns = &outcome.namespace;
         let decisions: Api<PlacementDecision> = Api::namespaced(self.client.clone(), ns);
         for pw in &outcome.writes {
@@ -136,11 +142,14 @@ impl Writer {
             let written = self.write(&decisions, pw, &what).await?;
             {
                 let mut st = state.write();
+                // Through the same path as a watch event, so that Balance users hear of it.
                 match written {
                     Some(d) => {
-                        st.snapshot.upsert_decision(Arc::new(d));
+                        st.apply_decision(d);
                     }
-                    None => st.snapshot.remove_decision(ns, &name),
+                    None => {
+                        st.delete_decision(ns, &name);
+                    }
                 }
             }
             self.emit(placement, pw).await;
@@ -158,14 +167,14 @@ impl Writer {
                 .await;
             match patched {
                 Ok(p) => {
-                    state.write().apply_placement(p);
+                    again.extend(state.write().apply_placement(p));
                 }
                 // Deleted meanwhile: its decisions go with it (owner references).
                 Err(WriteError::Api { source, .. }) if not_found(&source) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(again)
     }
 
     /// One planned write; returns the object as written, `None` once deleted.
