@@ -75,7 +75,7 @@ struct ControllerArgs {
     /// How long placements using Balance wait after other placements' decisions moved (at
     /// most one such reschedule per placement per this period, so placements do not chase
     /// each other).
-    #[arg(long, env = "BALANCE_DELAY", default_value = "30s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "BALANCE_DELAY", default_value = "5m", value_parser = ocm_runtime::leader::parse_duration)]
     balance_delay: Duration,
     /// Only schedule Placements in these namespaces (comma separated; default all).
     #[arg(long, env = "NAMESPACES", value_delimiter = ',')]

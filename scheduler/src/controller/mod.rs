@@ -85,7 +85,7 @@ impl Default for Options {
             resync: Duration::from_secs(600),
             namespaces: Vec::new(),
             debounce: Duration::from_millis(100),
-            balance_delay: Duration::from_secs(30),
+            balance_delay: Duration::from_secs(300),
             leader: Arc::new(AlwaysLeader),
         }
     }
