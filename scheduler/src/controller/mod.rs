@@ -134,6 +134,8 @@ impl crate::debug::DebugSource for Handle {
 }
 
 struct Ctx {
+    /// A Balance wave is scheduled (see [`Ctx::balance_changed`]).
+    balance_wave: AtomicBool,
     handle: Handle,
     queue: Queue,
     writer: Writer,
@@ -152,6 +154,21 @@ impl Ctx {
             .metrics
             .queue_depth
             .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
+    }
+
+    /// Other placements' decisions moved: reschedule every Balance user once, after the
+    /// delay; changes meanwhile join the same wave.
+    fn balance_changed(self: &Arc<Self>) {
+        if self.balance_wave.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let ctx = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(ctx.options.balance_delay).await;
+            ctx.balance_wave.store(false, Ordering::SeqCst);
+            let keys: BTreeSet<Key> = ctx.handle.state.read().index.balance_users().cloned().collect();
+            ctx.enqueue(keys);
+        });
     }
 
     fn enqueue_all(&self) {
@@ -188,6 +205,7 @@ pub async fn run(
         options.leader.clone(),
     );
     let ctx = Arc::new(Ctx {
+        balance_wave: AtomicBool::new(false),
         handle,
         queue: Queue::with_debounce(options.debounce),
         writer,
@@ -414,7 +432,7 @@ where
         let (affected, balance) = {
             let mut st = ctx.handle.state.write();
             let out = apply(&mut st, change);
-            let balance = std::mem::take(&mut st.balance_pending);
+            let balance = std::mem::take(&mut st.balance_dirty);
             for (k, n) in st.snapshot.counts() {
                 ctx.handle.metrics.store(k, n);
             }
@@ -422,10 +440,8 @@ where
             (out, balance)
         };
         ctx.enqueue(affected);
-        if !balance.is_empty() {
-            let keys: Vec<Key> = balance.into_iter().filter(|k| ctx.in_scope(k)).collect();
-            ctx.queue
-                .add_all_after(keys.iter(), ctx.options.balance_delay);
+        if balance {
+            ctx.balance_changed();
         }
         if relist {
             if !synced {
@@ -477,7 +493,7 @@ async fn worker(ctx: Arc<Ctx>) {
     }
 }
 
-async fn process(ctx: &Ctx, key: &Key) {
+async fn process(ctx: &Arc<Ctx>, key: &Key) {
     if !ctx.handle.ready() {
         // Scheduling from half-listed stores could delete good decisions: wait for the lists.
         ctx.queue.add_at(
@@ -519,11 +535,8 @@ async fn process(ctx: &Ctx, key: &Key) {
         .apply(&ctx.handle.state, &placement, &outcome)
         .await;
     // Decisions written through the cache may have moved other placements' Balance.
-    let balance = std::mem::take(&mut ctx.handle.state.write().balance_pending);
-    if !balance.is_empty() {
-        let keys: Vec<Key> = balance.into_iter().filter(|k| ctx.in_scope(k)).collect();
-        ctx.queue
-            .add_all_after(keys.iter(), ctx.options.balance_delay);
+    if std::mem::take(&mut ctx.handle.state.write().balance_dirty) {
+        ctx.balance_changed();
     }
     match written {
         Ok(again) => {

@@ -31,6 +31,9 @@ struct Inner {
     processing: HashSet<Key>,
     dirty_while_processing: HashSet<Key>,
     timers: BTreeMap<Instant, Vec<(Key, Due)>>,
+    /// The earliest requeue time of each key with one: later requeues of a key are dropped,
+    /// and timer entries that no longer match are stale (so timers never pile up).
+    requeues: HashMap<Key, Instant>,
     failures: HashMap<Key, u32>,
     debounce: Duration,
 }
@@ -61,7 +64,12 @@ impl Inner {
                         self.ready.push_back(key);
                     }
                 }
-                Due::Requeue => self.add(key, false, now),
+                Due::Requeue => {
+                    if self.requeues.get(&key).is_some_and(|at| *at <= now) {
+                        self.requeues.remove(&key);
+                        self.add(key, false, now);
+                    }
+                }
             }
         }
     }
@@ -116,34 +124,17 @@ impl Queue {
         }
     }
 
-    /// Adds keys after `delay` instead of the usual debounce; a key already waiting keeps its
-    /// earlier turn. However often this is called, a key waits at most one `delay`.
-    pub fn add_all_after<'a>(&self, keys: impl IntoIterator<Item = &'a Key>, delay: Duration) {
-        let at = Instant::now() + delay;
-        self.with(|i| {
-            for k in keys {
-                if i.processing.contains(k) {
-                    // Handled when done, after the usual debounce: the delay restarts then.
-                    if !i.queued.contains(k) {
-                        i.timers
-                            .entry(at)
-                            .or_default()
-                            .push((k.clone(), Due::Requeue));
-                    }
-                } else if i.queued.insert(k.clone()) {
-                    i.timers
-                        .entry(at)
-                        .or_default()
-                        .push((k.clone(), Due::Debounced));
-                }
-            }
-        });
-        self.notify.notify_one();
-    }
-
     /// Adds the key at `at` (earlier timers for it are kept; the key is scheduled once when due).
     pub fn add_at(&self, key: Key, at: Instant) {
-        self.with(|i| i.timers.entry(at).or_default().push((key, Due::Requeue)));
+        self.with(|i| {
+            // Within a second of the one already set is the same requeue (requeue times come
+            // from whole-second timestamps); so a key adds at most one timer per second.
+            if i.requeues.get(&key).is_some_and(|t| *t <= at + Duration::from_secs(1)) {
+                return;
+            }
+            i.requeues.insert(key.clone(), at);
+            i.timers.entry(at).or_default().push((key, Due::Requeue));
+        });
         self.notify.notify_one();
     }
 
@@ -181,9 +172,9 @@ impl Queue {
         }
     }
 
-    /// Keys waiting (ready or timed).
+    /// Keys waiting: queued (ready or debouncing) or with a requeue time.
     pub fn len(&self) -> usize {
-        self.with(|i| i.ready.len() + i.timers.values().map(Vec::len).sum::<usize>())
+        self.with(|i| i.queued.len() + i.requeues.len())
     }
 
     pub fn is_empty(&self) -> bool {

@@ -18,9 +18,11 @@ pub struct State {
     pub snapshot: Snapshot,
     pub placements: BTreeMap<Key, Arc<Placement>>,
     pub index: Index,
-    /// Placements using Balance whose input changed because other placements' decisions
-    /// moved: rescheduled later and coalesced (see `Options::balance_delay`).
-    pub balance_pending: BTreeSet<Key>,
+    /// Some placement's decisions moved, so the placements using Balance have new input:
+    /// they are rescheduled later, all at once (see `Options::balance_delay`). A flag, not a
+    /// set of keys: with 10,000 Balance users, copying them on every decision event was the
+    /// controller's main cost.
+    pub balance_dirty: bool,
 }
 
 /// Shared between the watches (writers) and the workers (readers). Never held across an await.
@@ -157,7 +159,7 @@ impl State {
 
     /// Applies a PlacementDecision. Its own placement is rescheduled (a user edit is
     /// overwritten); when the clusters it holds changed, the placements using Balance are
-    /// marked for a later, coalesced reschedule (`balance_pending`).
+    /// marked for a later, coalesced reschedule (`balance_dirty`).
     pub fn apply_decision(&mut self, d: PlacementDecision) -> BTreeSet<Key> {
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let name = d.metadata.name.clone().unwrap_or_default();
@@ -183,15 +185,7 @@ impl State {
             }
         }
         if moved {
-            // Other placements' Balance changes; this decision's own placement excludes it.
-            let own: Vec<&Key> = out.iter().collect();
-            let users: Vec<Key> = self
-                .index
-                .balance_users()
-                .filter(|k| !own.contains(k))
-                .cloned()
-                .collect();
-            self.balance_pending.extend(users);
+            self.balance_dirty = true;
         }
         self.snapshot.upsert_decision(Arc::new(d));
         out
@@ -204,14 +198,7 @@ impl State {
                 out.insert((ns.to_owned(), p.to_owned()));
             }
             if decision_entries(&old).next().is_some() {
-                let own: Vec<&Key> = out.iter().collect();
-                let users: Vec<Key> = self
-                    .index
-                    .balance_users()
-                    .filter(|k| !own.contains(k))
-                    .cloned()
-                    .collect();
-                self.balance_pending.extend(users);
+                self.balance_dirty = true;
             }
         }
         self.snapshot.remove_decision(ns, name);
