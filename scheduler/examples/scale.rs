@@ -109,6 +109,10 @@ struct Args {
     /// The controller's RUST_LOG.
     #[arg(long, default_value = "info")]
     controller_log: String,
+    /// More arguments for `placement-scheduler controller` (repeatable), e.g.
+    /// `--controller-arg=--balance-delay=5s`.
+    #[arg(long = "controller-arg", allow_hyphen_values = true)]
+    controller_args: Vec<String>,
     /// The controller binary to run (default: `placement-scheduler` next to this example's
     /// target directory, built first).
     #[arg(long)]
@@ -201,6 +205,12 @@ fn main() -> ExitCode {
 
 async fn run(args: &Args) -> Result<()> {
     let bin = controller_binary(args)?;
+    // The tree the controller was just built from (others may commit while the run goes on).
+    let rev = if args.controller_bin.is_some() || args.no_build {
+        format!("an existing binary (tree now at {})", git_rev())
+    } else {
+        git_rev()
+    };
     let work_dir = match &args.work_dir {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!("ocm-scale-{}", std::process::id())),
@@ -251,7 +261,7 @@ async fn run(args: &Args) -> Result<()> {
             sections.push(r.section());
         }
     }
-    let report = render_report(args, started, &summary, &sections);
+    let report = render_report(args, started, &summary, &sections, &rev);
     print!("{report}");
     if let Some(out) = &args.out {
         std::fs::write(out, &report).map_err(|e| format!("write {}: {e}", out.display()))?;
@@ -387,7 +397,8 @@ impl Controller {
             .arg("--debug-bind-address=")
             .arg(format!("--workers={}", args.workers))
             .arg(format!("--event-debounce={}", args.event_debounce))
-            .arg(format!("--namespaces={ns}"));
+            .arg(format!("--namespaces={ns}"))
+            .args(&args.controller_args);
         let out =
             std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
         let err = out.try_clone()?;
@@ -505,6 +516,30 @@ fn proc_cpu(pid: u32) -> Duration {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / clk_tck())
+}
+
+/// Busy CPU time of the machine since boot: `/proc/stat`'s first line without idle and iowait.
+fn machine_busy() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return Duration::ZERO;
+    };
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return Duration::ZERO;
+    };
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let busy: u64 = f
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum();
+    Duration::from_secs_f64(busy as f64 / clk_tck())
 }
 
 /// A `kB` line of `/proc/<pid>/status` (VmHWM: peak RSS), in bytes.
@@ -918,6 +953,8 @@ struct Point {
     apiserver_cpu: Duration,
     etcd_cpu: Duration,
     harness_cpu: Duration,
+    /// Busy CPU time of the whole machine (all processes).
+    machine_cpu: Duration,
     controller: Vec<Sample>,
     apiserver: Vec<Sample>,
     harness: BTreeMap<(String, String), f64>,
@@ -935,6 +972,7 @@ impl Point {
             apiserver_cpu: proc_cpu(apiserver_pid),
             etcd_cpu: proc_cpu(etcd),
             harness_cpu: proc_cpu(std::process::id()),
+            machine_cpu: machine_busy(),
             controller,
             apiserver,
             harness: hub.harness_requests(),
@@ -949,6 +987,8 @@ struct Window {
     apiserver_cpu: Duration,
     etcd_cpu: Duration,
     harness_cpu: Duration,
+    /// CPU used by every other process on the machine (a busy neighbour skews the figures).
+    other_cpu: Duration,
     /// Controller's own counters: writes by (VERB, resource).
     writes: BTreeMap<(String, String), f64>,
     write_failures: f64,
@@ -987,6 +1027,13 @@ impl Window {
             apiserver_cpu: b.apiserver_cpu.saturating_sub(a.apiserver_cpu),
             etcd_cpu: b.etcd_cpu.saturating_sub(a.etcd_cpu),
             harness_cpu: b.harness_cpu.saturating_sub(a.harness_cpu),
+            other_cpu: b
+                .machine_cpu
+                .saturating_sub(a.machine_cpu)
+                .saturating_sub(b.controller_cpu.saturating_sub(a.controller_cpu))
+                .saturating_sub(b.apiserver_cpu.saturating_sub(a.apiserver_cpu))
+                .saturating_sub(b.etcd_cpu.saturating_sub(a.etcd_cpu))
+                .saturating_sub(b.harness_cpu.saturating_sub(a.harness_cpu)),
             writes: delta_map(
                 &controller_writes(&b.controller),
                 &controller_writes(&a.controller),
@@ -1102,7 +1149,7 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
     let pd_api: Api<PlacementDecision> = Api::namespaced(hub.client.clone(), &hub.ns);
     let mut polls = 0u64;
     let mut last_progress = Instant::now();
-    let mut load_at_decided = (0, 0);
+    let mut load_at_decided: (usize, usize);
     let (decided, decided_count) = loop {
         ctl.check_alive()?;
         // From the watch cache (resourceVersion=0): the cheapest complete list there is.
@@ -1304,7 +1351,10 @@ impl ThroughputResult {
                 || format!("timeout ({}/{})", self.decided_count, self.placements),
                 secs
             ),
-            self.settled.map_or_else(|| "not settled".to_owned(), secs),
+            self.settled.map_or_else(
+                || format!("still writing at {}", secs(self.to_settled.wall)),
+                secs
+            ),
             secs(w.controller_cpu),
             w.cpu_share(),
             mb(self.peak_rss),
@@ -1377,6 +1427,12 @@ impl ThroughputResult {
         );
         let _ = writeln!(
             s,
+            "| every other process on the machine (should be ~0) | {} | {} |",
+            secs(d.other_cpu),
+            secs(st.other_cpu)
+        );
+        let _ = writeln!(
+            s,
             "| scheduling passes (core time) | {} ({}) | {} ({}) |",
             num(d.passes),
             secs(Duration::from_secs_f64(d.scheduling_seconds.max(0.0))),
@@ -1416,7 +1472,7 @@ impl ThroughputResult {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "API requests from the first Placement until settled, by verb. *controller* is the controller's own count of its writes (one per call, retries included in the call); *apiserver* is `apiserver_request_total` for the OCM and events APIs with the harness's own requests ({} Placement creates, {} PlacementDecision lists) subtracted: the controller's requests as the apiserver saw them.\n",
+            "API requests from the first Placement until settled, by verb. *controller* is the controller's own count of its writes (one per call, retries included in the call); *apiserver* is `apiserver_request_total` for the OCM and events APIs with the harness's own requests ({} Placement creates, {} PlacementDecision lists) subtracted: the controller's requests as the apiserver saw them. The controller counts every event it publishes as a create; kube's event recorder PATCHes the existing event instead (an event series) when the same event repeats within 6 minutes.\n",
             num(st
                 .harness
                 .get(&("POST".into(), "placements".into()))
@@ -1893,12 +1949,13 @@ impl ReactionResult {
         let c = &self.changes;
         let _ = writeln!(
             s,
-            "During the {} changes ({}): controller CPU {} ({:.1}% of wall), {} scheduling passes, {} writes ({} failed), {} requests in all; controller peak RSS (VmHWM) {}. Setup: control plane {}, fleet {}, the {} placements decided {} after the first was created; whole run {}.\n",
+            "During the {} changes ({}): other processes on the machine {} CPU; controller CPU {} ({:.1}% of wall), {} scheduling passes, {} writes ({} failed), {} requests in all; controller peak RSS (VmHWM) {}. Setup: control plane {}, fleet {}, the {} placements decided {} after the first was created; whole run {}.\n",
             self.score.samples.len()
                 + self.taint.samples.len()
                 + self.score.timeouts
                 + self.taint.timeouts,
             secs(c.wall),
+            secs(c.other_cpu),
             secs(c.controller_cpu),
             c.cpu_share(),
             num(c.passes),
@@ -1951,9 +2008,10 @@ fn proc_meminfo_gb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0 / 1024.0)
 }
 
+/// The commit the controller was built from, `-dirty` with uncommitted changes.
 fn git_rev() -> String {
     Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
+        .args(["describe", "--always", "--dirty", "--abbrev=7"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .ok()
@@ -1967,21 +2025,28 @@ fn render_report(
     started: jiff::Timestamp,
     summary: &[String],
     sections: &[String],
+    rev: &str,
 ) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## Placement controller scale run\n");
     let _ = writeln!(
         s,
-        "{} UTC; {}; kube-apiserver {}, etcd {} (testenv, `--unsafe-no-fsync`); commit {}; controller `--workers={} --client-qps={} --client-burst={} --event-debounce={}`, leader election off.\n",
+        "{} UTC; {}; kube-apiserver {}, etcd {} (testenv, `--unsafe-no-fsync`); controller built from {}, run with `--workers={} --client-qps={} --client-burst={} --event-debounce={}{}{}`, leader election off.\n",
         started.strftime("%Y-%m-%d %H:%M"),
         machine(),
         testenv::paths::version("KUBE_VERSION").unwrap_or("?"),
         testenv::paths::version("ETCD_VERSION").unwrap_or("?"),
-        git_rev(),
+        rev,
         args.workers,
         args.client_qps,
         args.client_burst,
         args.event_debounce,
+        if args.controller_args.is_empty() {
+            ""
+        } else {
+            " "
+        },
+        args.controller_args.join(" "),
     );
     if !summary.is_empty() {
         let _ = writeln!(

@@ -166,7 +166,14 @@ impl Ctx {
         tokio::spawn(async move {
             tokio::time::sleep(ctx.options.balance_delay).await;
             ctx.balance_wave.store(false, Ordering::SeqCst);
-            let keys: BTreeSet<Key> = ctx.handle.state.read().index.balance_users().cloned().collect();
+            let keys: BTreeSet<Key> = ctx
+                .handle
+                .state
+                .read()
+                .index
+                .balance_users()
+                .cloned()
+                .collect();
             ctx.enqueue(keys);
         });
     }

@@ -129,7 +129,10 @@ impl Queue {
         self.with(|i| {
             // Within a second of the one already set is the same requeue (requeue times come
             // from whole-second timestamps); so a key adds at most one timer per second.
-            if i.requeues.get(&key).is_some_and(|t| *t <= at + Duration::from_secs(1)) {
+            if i.requeues
+                .get(&key)
+                .is_some_and(|t| *t <= at + Duration::from_secs(1))
+            {
                 return;
             }
             i.requeues.insert(key.clone(), at);
