@@ -87,15 +87,6 @@ impl Outcome {
     pub fn events(&self) -> impl Iterator<Item = &Event> {
         self.writes.iter().flat_map(|w| w.events.iter())
     }
-
-    /// Total of a filtered cluster.
-    pub fn total(&self, cluster: &str) -> Option<i64> {
-        let i = self
-            .filtered
-            .binary_search_by(|n| (**n).cmp(cluster))
-            .ok()?;
-        self.totals.get(i).copied()
-    }
 }
 
 /// `true` when the Placement asks to be left alone (`experimental-scheduling-disable`).

@@ -575,13 +575,6 @@ impl Snapshot {
         self.decisions.get(namespace)?.get(name).cloned()
     }
 
-    /// All PlacementDecisions, by namespace then name.
-    pub fn all_decisions(&self) -> impl Iterator<Item = &PlacementDecision> {
-        self.decisions
-            .values()
-            .flat_map(|d| d.values().map(|d| &**d))
-    }
-
     /// Decision entries naming `cluster` across every namespace.
     pub fn decision_count(&self, cluster: &str) -> u32 {
         self.decision_counts.get(cluster).copied().unwrap_or(0)
