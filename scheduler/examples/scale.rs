@@ -83,13 +83,14 @@ struct Args {
     /// Give up waiting for the decisions after this long.
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     timeout: Duration,
-    /// After every decision is there, "settled" is when the controller has made no write and
-    /// scheduled nothing for this long (longer than the default `scoreRateLimit` of 1m, whose
-    /// deferred score updates come a minute after the decisions).
-    #[arg(long, default_value = "70s", value_parser = parse_duration)]
+    /// After every decision is there, "settled" is when the controller has made no write for
+    /// this long. Longer than the controller's `--balance-delay` (5m:
+    /// placements using Balance are rescheduled in one wave that long after decisions moved)
+    /// and the default `scoreRateLimit` (1m: deferred score updates).
+    #[arg(long, default_value = "6m", value_parser = parse_duration)]
     settle: Duration,
-    /// Stop waiting for "settled" after this long.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    /// Stop waiting for "settled" after this long (from when all were decided).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
     settle_timeout: Duration,
     /// Reaction: how long one change may take before it counts as timed out.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -1188,9 +1189,10 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
         );
     }
 
-    // Settled: no controller write and no scheduling pass for `settle`. (Not the queue depth:
-    // the controller's `placement_queue_depth` also counts requeue timers, e.g. at each score's
-    // validUntil, so it does not drop to 0.)
+    // Settled: no controller write for `settle`: the decisions (and statuses, events) stay as
+    // they are. Scheduling passes that write nothing do not count (a Balance wave can
+    // reschedule every Balance placement without changing anything); their CPU is in the
+    // window all the same. (Not the queue depth either: it may count requeue timers.)
     let activity = |m: &[Sample]| {
         (
             metric_sum(m, "placement_api_writes_total", |_| true),
@@ -1228,7 +1230,7 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
             }
             reported = (now, writes, current.1);
         }
-        if current != last {
+        if current.0 != last.0 {
             last = current;
             last_change = now;
         } else if now - last_change >= args.settle {
@@ -1236,7 +1238,7 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
         }
         if now > settle_deadline {
             eprintln!(
-                "[{name}] still scheduling or writing {:.0?} after the first Placement",
+                "[{name}] still writing {:.0?} after the first Placement",
                 now - t0
             );
             break None;
@@ -1344,7 +1346,7 @@ impl ThroughputResult {
     fn summary_row(&self) -> String {
         let w = &self.to_decided;
         format!(
-            "| {} | {} | {} | {} | {} ({:.0}%) | {} | {} / {} | {} | {} |",
+            "| {} | {} | {} | {} | {} ({:.0}%) | {} | {} / {} | {} | {} | {:.0}% |",
             self.size(),
             secs(self.create),
             self.decided.map_or_else(
@@ -1362,6 +1364,7 @@ impl ThroughputResult {
             secs(w.etcd_cpu),
             num(w.total_writes()),
             num(w.requests),
+            pct(w.other_cpu, w.wall * cpus()),
         )
     }
 
@@ -1427,9 +1430,11 @@ impl ThroughputResult {
         );
         let _ = writeln!(
             s,
-            "| every other process on the machine (should be ~0) | {} | {} |",
+            "| CPU of every other process on the machine (contention; ideally ~0) | {} ({:.0}% of the machine) | {} ({:.0}% of the machine) |",
             secs(d.other_cpu),
-            secs(st.other_cpu)
+            pct(d.other_cpu, d.wall * cpus()),
+            secs(st.other_cpu),
+            pct(st.other_cpu, st.wall * cpus()),
         );
         let _ = writeln!(
             s,
@@ -1949,13 +1954,14 @@ impl ReactionResult {
         let c = &self.changes;
         let _ = writeln!(
             s,
-            "During the {} changes ({}): other processes on the machine {} CPU; controller CPU {} ({:.1}% of wall), {} scheduling passes, {} writes ({} failed), {} requests in all; controller peak RSS (VmHWM) {}. Setup: control plane {}, fleet {}, the {} placements decided {} after the first was created; whole run {}.\n",
+            "During the {} changes ({}): other processes on the machine used {} CPU ({:.0}% of the machine); controller CPU {} ({:.1}% of wall), {} scheduling passes, {} writes ({} failed), {} requests in all; controller peak RSS (VmHWM) {}. Setup: control plane {}, fleet {}, the {} placements decided {} after the first was created; whole run {}.\n",
             self.score.samples.len()
                 + self.taint.samples.len()
                 + self.score.timeouts
                 + self.taint.timeouts,
             secs(c.wall),
             secs(c.other_cpu),
+            pct(c.other_cpu, c.wall * cpus()),
             secs(c.controller_cpu),
             c.cpu_share(),
             num(c.passes),
@@ -1976,8 +1982,12 @@ impl ReactionResult {
 // ---------------------------------------------------------------------------------------------
 // The report
 
+fn cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
+}
+
 fn machine() -> String {
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpus = cpus();
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -2051,15 +2061,18 @@ fn render_report(
     if !summary.is_empty() {
         let _ = writeln!(
             s,
-            "| placements × clusters | create placements | first Placement → all decided | → settled | controller CPU (% of wall) | peak RSS | apiserver / etcd CPU | controller writes | controller requests |"
+            "| placements × clusters | create placements | first Placement → all decided | → settled | controller CPU (% of wall) | peak RSS | apiserver / etcd CPU | controller writes | controller requests | other processes' CPU |"
         );
-        let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        let _ = writeln!(
+            s,
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
         for row in summary {
             let _ = writeln!(s, "{row}");
         }
         let _ = writeln!(
             s,
-            "\nCPU, writes and requests are counted from the first Placement created until all are decided; \"settled\" is the last controller write or scheduling pass before {} without any.\n",
+            "\nCPU, writes and requests are counted from the first Placement created until all are decided; \"settled\" is the last controller write before {} without any (passes that write nothing do not count); the last column is the CPU that other processes on the machine used meanwhile, as a share of all its CPUs (contention that skews the figures).\n",
             secs(args.settle)
         );
     }
