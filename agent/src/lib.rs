@@ -1,1 +1,34 @@
-//! The score-provider framework and the resource-usage agent. They land with their issue.
+//! The score-provider framework, and the resource-usage provider built on it.
+//!
+//! A provider implements [`ScoreProvider`]: compute the current scores of the clusters it
+//! rates, and (optionally) a stream of changes that make a recompute due. The framework does
+//! the rest, once for every provider:
+//! - [`hub::HubClient`]: the hub client from a kubeconfig, rebuilt when the kubeconfig or its
+//!   certificate files change (OCM rotates add-on certificates in place);
+//! - [`writer::ScoreWriter`]: the `AddOnPlacementScore` per cluster: create then patch the
+//!   status in the same pass, `validUntil`, the `AddOnPlacementScoreUpdated` condition, writes
+//!   only on change or renewal, optional hysteresis;
+//! - [`runner::Runner`]: the refresh loop with debounced changes, back-off with jitter while
+//!   the hub fails, metrics, `/healthz`, and the add-on health [`lease`];
+//! - [`cli`]: the shared flags and a `serve` that is a provider binary's whole `main`;
+//! - normalisers: [`ocm_api::score`] (absolute bounds, fleet-relative).
+//!
+//! [`usage`] is the resource-usage provider (free CPU, memory, GPUs, TPUs from the managed
+//! cluster's nodes and pods, or from the host); `examples/latency_provider.rs` is a third-party
+//! provider in a few dozen lines.
+
+pub mod cli;
+pub mod hub;
+pub mod lease;
+pub mod manifests;
+pub mod metrics;
+pub mod provider;
+pub mod runner;
+pub mod usage;
+pub mod writer;
+
+pub use cli::{ProviderArgs, serve};
+pub use hub::HubClient;
+pub use provider::{Change, Computed, Outcome, ProviderError, ScoreError, ScoreProvider, Scores};
+pub use runner::{Runner, Settings};
+pub use writer::{ScoreWriter, WriteSettings};

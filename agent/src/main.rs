@@ -1,19 +1,299 @@
-//! `resource-usage-agent`: publishes a managed cluster's CPU and memory headroom as AddOnPlacementScores.
+//! `resource-usage-agent`: publishes a managed cluster's free CPU, memory, GPUs and TPUs as the
+//! AddOnPlacementScore `resource-usage-score` in its namespace on the hub.
 
-use clap::{Parser, Subcommand};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use ocm_api::selector::Selector;
+use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
+use score_provider::ScoreProvider;
+use score_provider::lease::LeaseSettings;
+use score_provider::usage::host::HostSource;
+use score_provider::usage::index::NodeFilter;
+use score_provider::usage::kube::KubeSource;
+use score_provider::usage::provider::{ResourceUsage, Source};
+use score_provider::usage::requests::Resource;
+use score_provider::usage::scores::Bounds;
+
+/// The name the agent writes as (field manager, user agent, managed-by label).
+const MANAGER: &str = "resource-usage-agent";
 
 /// Publishes a managed cluster's resource headroom as AddOnPlacementScores on the hub.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Keep the cluster's scores current on the hub (what the add-on's Deployment runs).
+    Run(Box<RunArgs>),
+    /// Compute the scores once and print them as JSON, without a hub.
+    Print(Box<PrintArgs>),
+}
 
-fn main() {
-    // Subcommands and the agent's flags land with their issues.
-    let _ = Cli::parse();
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The managed cluster's name: the scores go to this namespace on the hub.
+    #[arg(long, env = "CLUSTER_NAME")]
+    cluster_name: String,
+    /// The agent's namespace on the managed cluster (its health Lease lives there).
+    #[arg(
+        long,
+        env = "ADDON_NAMESPACE",
+        default_value = "open-cluster-management-agent-addon"
+    )]
+    addon_namespace: String,
+    /// The add-on's name, which names the health Lease.
+    #[arg(long, env = "ADDON_NAME", default_value = RESOURCE_USAGE_ADDON)]
+    addon_name: String,
+    /// The AddOnPlacementScore's name.
+    #[arg(long, env = "SCORE_NAME", default_value = RESOURCE_USAGE_SCORE)]
+    score_name: String,
+    /// Renew the add-on health Lease (OCM's Lease health check). Off for providers whose
+    /// add-on is health-checked another way.
+    #[arg(long, env = "HEALTH_LEASE", default_value_t = true, action = clap::ArgAction::Set)]
+    health_lease: bool,
+    #[command(flatten)]
+    source: SourceArgs,
+    #[command(flatten)]
+    provider: score_provider::ProviderArgs,
+}
+
+#[derive(clap::Args)]
+struct PrintArgs {
+    /// The cluster name to print the scores under.
+    #[arg(long, env = "CLUSTER_NAME", default_value = "local")]
+    cluster_name: String,
+    #[command(flatten)]
+    source: SourceArgs,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SourceKind {
+    /// Nodes' allocatable minus the requests of the pods bound to them.
+    Kube,
+    /// The machine the agent runs on (single-node and edge clusters, demos).
+    Host,
+}
+
+#[derive(clap::Args)]
+struct SourceArgs {
+    #[arg(long, env = "SOURCE", value_enum, default_value_t = SourceKind::Kube)]
+    source: SourceKind,
+    /// Only nodes with these labels count (`key=value,...`), e.g. the pool OCM workloads use.
+    #[arg(long, env = "NODE_SELECTOR")]
+    node_selector: Option<String>,
+    /// Nodes with a NoSchedule or NoExecute taint of these keys do not count.
+    #[arg(
+        long,
+        env = "EXCLUDE_NODE_TAINTS",
+        value_delimiter = ',',
+        default_value = "node.kubernetes.io/not-ready,node.kubernetes.io/unreachable"
+    )]
+    exclude_node_taints: Vec<String>,
+    /// Free CPU cores mapped to -100 and 100 (`min:max`; quantities allowed).
+    #[arg(long, env = "CPU_RANGE", value_parser = parse_range)]
+    cpu_range: Option<(f64, f64)>,
+    /// Free memory mapped to -100 and 100, e.g. `0:512Gi`.
+    #[arg(long, env = "MEMORY_RANGE", value_parser = parse_range)]
+    memory_range: Option<(f64, f64)>,
+    /// Free NVIDIA GPUs mapped to -100 and 100.
+    #[arg(long, env = "GPU_RANGE", value_parser = parse_range)]
+    gpu_range: Option<(f64, f64)>,
+    /// Free TPUs mapped to -100 and 100.
+    #[arg(long, env = "TPU_RANGE", value_parser = parse_range)]
+    tpu_range: Option<(f64, f64)>,
+    /// Node-scope bounds (the freest single node), when they should differ from the above.
+    #[arg(long, env = "NODE_CPU_RANGE", value_parser = parse_range)]
+    node_cpu_range: Option<(f64, f64)>,
+    #[arg(long, env = "NODE_MEMORY_RANGE", value_parser = parse_range)]
+    node_memory_range: Option<(f64, f64)>,
+    #[arg(long, env = "NODE_GPU_RANGE", value_parser = parse_range)]
+    node_gpu_range: Option<(f64, f64)>,
+    #[arg(long, env = "NODE_TPU_RANGE", value_parser = parse_range)]
+    node_tpu_range: Option<(f64, f64)>,
+    /// The managed cluster's client (in-cluster by default).
+    #[command(flatten)]
+    client: ocm_runtime::ClientArgs,
+}
+
+/// `min:max`, each a number or a Kubernetes quantity (`512Gi`, `500m`).
+fn parse_range(s: &str) -> Result<(f64, f64), String> {
+    let (lo, hi) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?} is not a range like 0:100"))?;
+    let q = |v: &str| ocm_api::quantity::parse(v.trim()).map_err(|e| e.to_string());
+    let (lo, hi) = (q(lo)?, q(hi)?);
+    ocm_api::score::Normaliser::new(lo, hi).map_err(|e| e.to_string())?;
+    Ok((lo, hi))
+}
+
+/// `key=value,...` as a label map.
+fn parse_selector(s: &str) -> Result<BTreeMap<String, String>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("--node-selector: {pair:?} is not key=value"))?;
+            Ok((k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect()
+}
+
+impl SourceArgs {
+    fn bounds(&self) -> Result<Bounds, String> {
+        let mut b = Bounds::default();
+        let all = [
+            (Resource::Cpu, self.cpu_range, self.node_cpu_range),
+            (Resource::Memory, self.memory_range, self.node_memory_range),
+            (Resource::Gpu, self.gpu_range, self.node_gpu_range),
+            (Resource::Tpu, self.tpu_range, self.node_tpu_range),
+        ];
+        for (r, both, node) in all {
+            if let Some((lo, hi)) = both {
+                b.set(r, lo, hi).map_err(|e| e.to_string())?;
+            }
+            if let Some((lo, hi)) = node {
+                b.set_node(r, lo, hi).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(b)
+    }
+
+    async fn source(&self) -> Result<Source, String> {
+        match self.source {
+            SourceKind::Host => HostSource::new()
+                .map(|h| Source::Host(Box::new(h)))
+                .map_err(|e| format!("cannot read this machine: {e}")),
+            SourceKind::Kube => {
+                let labels = match &self.node_selector {
+                    Some(s) => parse_selector(s)?,
+                    None => BTreeMap::new(),
+                };
+                let selector = if labels.is_empty() {
+                    None
+                } else {
+                    let ls = LabelSelector {
+                        match_labels: Some(labels.clone()),
+                        match_expressions: None,
+                    };
+                    Some(
+                        Selector::from_label_selector(&ls)
+                            .map_err(|e| format!("--node-selector: {e}"))?,
+                    )
+                };
+                let filter = NodeFilter {
+                    selector,
+                    excluded_taints: self.exclude_node_taints.clone(),
+                };
+                let selector = (!labels.is_empty()).then(|| {
+                    labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                });
+                let user_agent = format!("{MANAGER}/{}", env!("CARGO_PKG_VERSION"));
+                let client = ocm_runtime::client(&self.client, &user_agent)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(Source::Kube(KubeSource::new(client, selector, filter)))
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run(*args).await,
+        Command::Print(args) => print(*args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("resource-usage-agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> Result<(), String> {
+    ocm_runtime::logging::init(&args.provider.log).map_err(|e| e.to_string())?;
+    // Flags first: a bad setting is reported before any connection is tried.
+    args.provider
+        .settings(&args.score_name, MANAGER)
+        .map_err(|e| e.to_string())?;
+    let bounds = args.source.bounds()?;
+    let source = args.source.source().await?;
+    let lease = if args.health_lease {
+        let user_agent = format!("{MANAGER}/{}", env!("CARGO_PKG_VERSION"));
+        let client = ocm_runtime::client(&args.source.client, &user_agent)
+            .await
+            .map_err(|e| e.to_string())?;
+        Some((
+            client,
+            LeaseSettings {
+                namespace: args.addon_namespace.clone(),
+                name: args.addon_name.clone(),
+                period: Duration::from_secs(60),
+            },
+        ))
+    } else {
+        None
+    };
+    let provider = ResourceUsage::new(&args.cluster_name, source, bounds);
+    tracing::info!(cluster = %args.cluster_name, "resource-usage agent starting");
+    score_provider::serve(
+        provider,
+        &args.provider,
+        &args.score_name,
+        MANAGER,
+        lease,
+        prometheus_client::registry::Registry::default(),
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+async fn print(args: PrintArgs) -> Result<(), String> {
+    let bounds = args.source.bounds()?;
+    let source = args.source.source().await?;
+    let mut provider = ResourceUsage::new(&args.cluster_name, source, bounds);
+    let free = provider
+        .free_when_ready(Duration::from_secs(60))
+        .await
+        .map_err(|e| e.to_string())?;
+    let computed = provider.compute().await.map_err(|e| e.to_string())?;
+    let scores: BTreeMap<&str, BTreeMap<&str, i32>> = computed
+        .iter()
+        .filter_map(|(cluster, outcome)| match outcome {
+            score_provider::Outcome::Scores(s) => Some((cluster, s.iter().collect())),
+            score_provider::Outcome::Unavailable { .. } => None,
+        })
+        .collect();
+    let free: BTreeMap<&str, serde_json::Value> = Resource::ALL
+        .into_iter()
+        .filter_map(|r| {
+            let f = free.get(r)?;
+            Some((
+                r.name(),
+                serde_json::json!({ "cluster": f.cluster, "node": f.node }),
+            ))
+        })
+        .collect();
+    let out = serde_json::json!({ "free": free, "scores": scores });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
+    );
+    Ok(())
 }

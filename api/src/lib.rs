@@ -12,6 +12,7 @@ pub mod conditions;
 pub mod crds;
 pub mod quantity;
 pub mod schema;
+pub mod score;
 pub mod selector;
 pub mod wellknown;
 pub mod work;

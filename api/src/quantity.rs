@@ -6,6 +6,9 @@
 //! `mantissa as float64 * math.Pow10(scale)`. We parse the same way: the digits without the
 //! dot are the mantissa, the fraction length and the suffix make the scale, binary suffixes
 //! multiply the mantissa by a power of two, and values below a nano unit round up to it.
+//!
+//! [`value`], [`milli_value`] and [`scaled_value`] are the exact integer conversions
+//! (`Quantity.Value()`, `MilliValue()`) the scheduler accounts requests and allocatable with.
 
 use std::sync::OnceLock;
 
@@ -107,8 +110,16 @@ fn at_nano_scale(unscaled: i128, exponent: i32) -> f64 {
     nanos as f64 * pow10(-9)
 }
 
-/// Parses `"500m"`, `"2"`, `"1.5Gi"`, `"1e3"` and the like into a float.
-pub fn parse(s: &str) -> Result<f64, QuantityError> {
+/// A quantity split into its written parts: sign, the digits either side of the dot, suffix.
+struct Lexed<'a> {
+    negative: bool,
+    int: &'a str,
+    frac: &'a str,
+    suffix: Suffix,
+}
+
+/// The grammar both conversions share (apimachinery's `parseQuantityString` and suffixes).
+fn lex(s: &str) -> Result<Lexed<'_>, QuantityError> {
     let err = || QuantityError(s.to_owned());
     let (negative, rest) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
@@ -124,6 +135,23 @@ pub fn parse(s: &str) -> Result<f64, QuantityError> {
         return Err(err());
     }
     let suffix = suffix(suffix_text).ok_or_else(err)?;
+    Ok(Lexed {
+        negative,
+        int,
+        frac,
+        suffix,
+    })
+}
+
+/// Parses `"500m"`, `"2"`, `"1.5Gi"`, `"1e3"` and the like into a float.
+pub fn parse(s: &str) -> Result<f64, QuantityError> {
+    let err = || QuantityError(s.to_owned());
+    let Lexed {
+        negative,
+        int,
+        frac,
+        suffix,
+    } = lex(s)?;
     let digits = format!("{int}{frac}");
     let digits = digits.trim_start_matches('0');
     // Beyond 38 digits an i128 cannot hold the mantissa; such values are far past the cap.
@@ -163,6 +191,165 @@ pub fn parse(s: &str) -> Result<f64, QuantityError> {
     } else {
         Err(err())
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact integer conversions: apimachinery's `Quantity.Value()`, `MilliValue()`, `ScaledValue()`.
+//
+// The scheduler and the kubelet account in integers (millicores, bytes, devices), converting
+// each quantity with these functions; float arithmetic would drift by an ulp here and there,
+// so these never go through `f64`.
+// ---------------------------------------------------------------------------------------------
+
+/// Every magnitude at or above this saturates (`2^63` = `-i64::MIN`).
+const SATURATED: u128 = 1 << 63;
+
+/// More significant digits than a `u128` always holds (`10^38 < 2^128`).
+const MAX_DIGITS: usize = 38;
+
+/// A non-negative decimal `(mantissa + δ) · 10^exponent`, with `0 < δ < 1` when `inexact`
+/// (digits past [`MAX_DIGITS`] were dropped and some of them were not zero).
+struct Decimal {
+    mantissa: u128,
+    exponent: i64,
+    inexact: bool,
+}
+
+/// The significant digits (no leading zeros) of `int` and `frac` written together.
+fn significant_digits<'a>(int: &'a str, frac: &'a str) -> impl Iterator<Item = u8> + 'a {
+    int.bytes()
+        .chain(frac.bytes())
+        .skip_while(|&d| d == b'0')
+        .map(|d| d - b'0')
+}
+
+/// `digits · 2^pow2 · 10^exponent` exactly, as a [`Decimal`].
+fn to_decimal(int: &str, frac: &str, pow2: u32, exponent: i64) -> Decimal {
+    // The usual case: at most 38 digits and the binary factor fit a u128.
+    if significant_digits(int, frac).count() <= MAX_DIGITS {
+        let mantissa = significant_digits(int, frac).fold(0u128, |m, d| m * 10 + u128::from(d));
+        if let Some(mantissa) = 1u128
+            .checked_shl(pow2)
+            .and_then(|factor| mantissa.checked_mul(factor))
+        {
+            return Decimal {
+                mantissa,
+                exponent,
+                inexact: false,
+            };
+        }
+    }
+    // Long numbers: multiply the digit string by 2^pow2 first (exact), then keep the leading
+    // 38 digits and remember whether anything non-zero was dropped.
+    let digits = times_power_of_two(significant_digits(int, frac).collect(), pow2);
+    let kept = digits.len().min(MAX_DIGITS);
+    let mantissa = digits[..kept]
+        .iter()
+        .fold(0u128, |m, &d| m * 10 + u128::from(d));
+    let dropped = &digits[kept..];
+    Decimal {
+        mantissa,
+        exponent: exponent + dropped.len() as i64,
+        inexact: dropped.iter().any(|&d| d != 0),
+    }
+}
+
+/// Multiplies a big-endian decimal digit string by `2^pow2` (suffixes go up to `Ei`, 2^60),
+/// in chunks of at most 2^60 so that `digit · factor + carry` stays inside a u128.
+fn times_power_of_two(mut digits: Vec<u8>, mut pow2: u32) -> Vec<u8> {
+    while pow2 > 0 {
+        let step = pow2.min(60);
+        pow2 -= step;
+        let factor = 1u128 << step;
+        let mut carry = 0u128;
+        for d in digits.iter_mut().rev() {
+            let v = u128::from(*d) * factor + carry;
+            *d = (v % 10) as u8;
+            carry = v / 10;
+        }
+        let mut head = Vec::new();
+        while carry > 0 {
+            head.push((carry % 10) as u8);
+            carry /= 10;
+        }
+        head.reverse();
+        head.append(&mut digits);
+        digits = head;
+    }
+    digits
+}
+
+/// `ceil(d)`, capped at [`SATURATED`].
+fn ceil_capped(d: &Decimal) -> u128 {
+    if d.mantissa == 0 && !d.inexact {
+        return 0;
+    }
+    if d.exponent >= 0 {
+        // An inexact value kept 38 digits, so it is at least 10^37: saturated either way.
+        if d.inexact {
+            return SATURATED;
+        }
+        return u32::try_from(d.exponent)
+            .ok()
+            .and_then(|e| 10u128.checked_pow(e))
+            .and_then(|p| d.mantissa.checked_mul(p))
+            .map_or(SATURATED, |v| v.min(SATURATED));
+    }
+    // 10^39 exceeds any u128 mantissa: a positive value below one rounds up to one.
+    let Some(divisor) = u32::try_from(-d.exponent)
+        .ok()
+        .and_then(|e| 10u128.checked_pow(e))
+    else {
+        return 1;
+    };
+    let quotient = d.mantissa / divisor;
+    let fraction = !d.mantissa.is_multiple_of(divisor) || d.inexact;
+    (quotient + u128::from(fraction)).min(SATURATED)
+}
+
+/// The exact value of the quantity times `10^scale`, rounded up to an integer and saturated
+/// at the `i64` bounds. `scaled_value(s, 3)` is apimachinery's `MilliValue()`,
+/// `scaled_value(s, 0)` its `Value()` (mind the sign: Go's `ScaledValue(Milli)` takes -3).
+///
+/// "Up" is away from zero, as apimachinery rounds the quantities anyone writes (its int64
+/// fast path): `-1.5` gives `-2`. Where apimachinery diverges from that, we do not follow:
+/// - values past `i64` wrap or come out as 0 in Go (`MilliValue("1E")` is 0); they saturate;
+/// - negative values it keeps as big decimals (more than 18 digits, fractions of binary
+///   suffixes) are rounded towards +∞ there, and `MilliValue("-1.23456789012345678")` is
+///   even one off (-1233); such quantities are invalid in every request or capacity anyway;
+/// - apimachinery first rounds sub-nano values up to `1n`; that changes nothing for
+///   `scale <= 9` (a ceiling of a ceiling), and for larger scales we keep the exact value.
+pub fn scaled_value(s: &str, scale: i32) -> Result<i64, QuantityError> {
+    let Lexed {
+        negative,
+        int,
+        frac,
+        suffix,
+    } = lex(s)?;
+    let (exp10, pow2) = match suffix {
+        Suffix::Decimal(e) => (e, 0),
+        Suffix::Binary(b) => (0, b),
+    };
+    // The exponent of the last written digit; in i64 the sum of two i32s and a length cannot overflow.
+    let exponent = i64::from(exp10) + i64::from(scale) - frac.len() as i64;
+    let magnitude = ceil_capped(&to_decimal(int, frac, pow2, exponent));
+    // `magnitude <= 2^63`, so both conversions succeed; the fallbacks only document the cap.
+    let value = if negative {
+        i64::try_from(-(magnitude as i128)).unwrap_or(i64::MIN)
+    } else {
+        i64::try_from(magnitude).unwrap_or(i64::MAX)
+    };
+    Ok(value)
+}
+
+/// apimachinery's `Quantity.Value()`: whole units (bytes, devices), rounded up.
+pub fn value(s: &str) -> Result<i64, QuantityError> {
+    scaled_value(s, 0)
+}
+
+/// apimachinery's `Quantity.MilliValue()`: thousandths (millicores), rounded up.
+pub fn milli_value(s: &str) -> Result<i64, QuantityError> {
+    scaled_value(s, 3)
 }
 
 #[cfg(test)]
@@ -224,6 +411,155 @@ mod tests {
     fn garbage_is_an_error() {
         for s in ["", "abc", "1.2.3", "5Xi", "m", "-", "1e", "."] {
             assert!(parse(s).is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn integer_values_as_apimachinery() {
+        // Printed by apimachinery v0.34.4 (k8s.io/apimachinery/pkg/api/resource):
+        //   q := resource.MustParse(s); fmt.Printf("(%q, %d, %d),\n", s, q.Value(), q.MilliValue())
+        // Overflowing values are left out: Go wraps them (see `saturates_where_go_wraps`).
+        let golden: &[(&str, i64, i64)] = &[
+            ("0", 0, 0),
+            ("1", 1, 1000),
+            ("2", 2, 2000),
+            ("64", 64, 64000),
+            ("100m", 1, 100),
+            ("250m", 1, 250),
+            ("1500m", 2, 1500),
+            ("8500m", 9, 8500),
+            ("0.1", 1, 100),
+            ("1.5", 2, 1500),
+            ("10.5", 11, 10500),
+            ("3.75", 4, 3750),
+            ("0.5m", 1, 1),
+            ("1.0001m", 1, 2),
+            ("1m", 1, 1),
+            ("0.001", 1, 1),
+            ("1u", 1, 1),
+            ("12.5u", 1, 1),
+            ("100n", 1, 1),
+            ("1n", 1, 1),
+            ("0.0000000001", 1, 1),
+            ("1e-12", 1, 1),
+            ("1Ki", 1024, 1024000),
+            ("0.5Ki", 512, 512000),
+            ("2Ki", 2048, 2048000),
+            ("4096Ki", 4194304, 4194304000),
+            ("7.5Mi", 7864320, 7864320000),
+            ("123Mi", 128974848, 128974848000),
+            ("251638Mi", 263861567488, 263861567488000),
+            ("1.5Gi", 1610612736, 1610612736000),
+            ("3.3Gi", 3543348020, 3543348019200),
+            ("16Gi", 17179869184, 17179869184000),
+            ("96Gi", 103079215104, 103079215104000),
+            ("191.5Gi", 205621559296, 205621559296000),
+            ("0.5Ti", 549755813888, 549755813888000),
+            ("3Pi", 3377699720527872, 3377699720527872000),
+            ("1e3", 1000, 1000000),
+            ("2E-3", 1, 2),
+            ("1e-3", 1, 1),
+            ("1k", 1000, 1000000),
+            ("1M", 1000000, 1000000000),
+            ("1G", 1000000000, 1000000000000),
+            ("1T", 1000000000000, 1000000000000000),
+            ("1P", 1000000000000000, 1000000000000000000),
+            ("129e6", 129000000, 129000000000),
+            ("129M", 129000000, 129000000000),
+            ("128974848", 128974848, 128974848000),
+            ("1.000000001", 2, 1001),
+            ("1.23456789012345678", 2, 1235),
+            (".5", 1, 500),
+            ("5.", 5, 5000),
+            ("+3", 3, 3000),
+            ("-1.5", -2, -1500),
+            ("-500m", -1, -500),
+            ("-2", -2, -2000),
+            ("-1.5Gi", -1610612736, -1610612736000),
+            ("-0.5Ki", -512, -512000),
+            ("9223372036854775", 9223372036854775, 9223372036854775000),
+            ("100Gi", 107374182400, 107374182400000),
+            ("1e-30", 1, 1),
+            ("0.000000000000000000000000000000000000000000001", 1, 1),
+            (
+                "123456789012345678901234567890123456789012345e-40",
+                12346,
+                12345679,
+            ),
+            (
+                "0.00000000000000000000000000000000000000000123456789012345678901234567890123456789012345Ei",
+                1,
+                1,
+            ),
+            ("0.1Ki", 103, 102400),
+            ("0.001Ki", 2, 1024),
+            ("0.0001Ki", 1, 103),
+            ("1.0000000001Gi", 1073741825, 1073741824108),
+        ];
+        for &(s, v, milli) in golden {
+            assert_eq!(value(s), Ok(v), "Value({s})");
+            assert_eq!(milli_value(s), Ok(milli), "MilliValue({s})");
+        }
+    }
+
+    #[test]
+    fn saturates_where_go_wraps() {
+        // apimachinery v0.34.4 prints the Go value in the comment; we saturate instead.
+        let cases: &[(&str, i32, i64)] = &[
+            ("9223372036854775807", 0, i64::MAX),
+            ("9223372036854775807", 3, i64::MAX), // Go: -1000
+            ("9223372036854775808", 0, i64::MAX),
+            ("12345678901234567", 3, i64::MAX), // Go: -6101065172474984616
+            ("1E", 3, i64::MAX),                // Go: 0
+            ("9Ei", 0, i64::MAX),               // Go: capped at MaxInt64 too
+            ("9Ei", 3, i64::MAX),               // Go: -1000
+            ("1.1Ei", 3, i64::MAX),             // Go: -4611686018427387904
+            ("1e30", 0, i64::MAX),              // Go: 0
+            ("-1e30", 0, i64::MIN),             // Go: 0
+            ("-9223372036854775808", 0, i64::MIN),
+            ("-9223372036854775809", 0, i64::MIN),
+            ("1e2147483647", 0, i64::MAX),
+            ("1e-2147483648", 0, 1),
+            (
+                "99999999999999999999999999999999999999999999999999Ei",
+                0,
+                i64::MAX,
+            ),
+        ];
+        for &(s, scale, want) in cases {
+            assert_eq!(scaled_value(s, scale), Ok(want), "{s} at scale {scale}");
+        }
+    }
+
+    #[test]
+    fn other_scales_are_exact() {
+        assert_eq!(scaled_value("1.5Gi", -9), Ok(2));
+        assert_eq!(scaled_value("1.5", 9), Ok(1_500_000_000));
+        assert_eq!(scaled_value("1.5n", 10), Ok(15));
+        assert_eq!(scaled_value("0.15n", 10), Ok(2));
+        assert_eq!(scaled_value("1234", -2), Ok(13));
+        assert_eq!(scaled_value("1200", -2), Ok(12));
+        assert_eq!(scaled_value("-1234", -2), Ok(-13));
+        assert_eq!(scaled_value("0", 100), Ok(0));
+        assert_eq!(scaled_value("-0", 0), Ok(0));
+        assert_eq!(scaled_value("000.000", 0), Ok(0));
+    }
+
+    #[test]
+    fn integer_garbage_is_an_error() {
+        for s in [
+            "",
+            "abc",
+            "1.2.3",
+            "5Xi",
+            "m",
+            "-",
+            "1e",
+            ".",
+            "1e99999999999",
+        ] {
+            assert!(value(s).is_err(), "{s}");
+            assert!(milli_value(s).is_err(), "{s}");
         }
     }
 }

@@ -255,4 +255,26 @@ pub mod work_condition {
 pub mod score {
     /// The AddOnPlacementScore the resource-usage agent and the hub scorer keep per cluster.
     pub const RESOURCE_USAGE_SCORE: &str = "resource-usage-score";
+    /// The add-on that ships the resource-usage agent (and names its health Lease).
+    pub const RESOURCE_USAGE_ADDON: &str = "resource-usage-collect";
+    /// The condition a provider keeps on its AddOnPlacementScore (the OCM docs' example).
+    pub const CONDITION_UPDATED: &str = "AddOnPlacementScoreUpdated";
+    /// Reason and message of that condition when the scores are current.
+    pub const REASON_UPDATED: &str = "AddOnPlacementScoreUpdated";
+    pub const MESSAGE_UPDATED: &str = "AddOnPlacementScore updated successfully";
+
+    /// Score names the resource-usage provider writes: upstream's current ones (node scope:
+    /// the freest single node; cluster scope: the sum) and seed 001's, equal to cluster scope.
+    pub mod names {
+        pub const CPU_NODE: &str = "cpuNodeAvailable";
+        pub const CPU_CLUSTER: &str = "cpuClusterAvailable";
+        pub const MEM_NODE: &str = "memNodeAvailable";
+        pub const MEM_CLUSTER: &str = "memClusterAvailable";
+        pub const GPU_NODE: &str = "gpuNodeAvailable";
+        pub const GPU_CLUSTER: &str = "gpuClusterAvailable";
+        pub const TPU_NODE: &str = "tpuNodeAvailable";
+        pub const TPU_CLUSTER: &str = "tpuClusterAvailable";
+        pub const CPU: &str = "cpuAvailable";
+        pub const MEM: &str = "memAvailable";
+    }
 }

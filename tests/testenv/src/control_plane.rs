@@ -1,15 +1,16 @@
 //! Starting, using and stopping one etcd + kube-apiserver pair.
 
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 
+use crate::pki::{ClientCa, ClientCertificate};
 use crate::process::{self, ManagedChild, Shutdown};
 use crate::{Error, crds, paths, pki};
 
@@ -18,6 +19,9 @@ use crate::{Error, crds, paths, pki};
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Attempts with fresh ports when a port picked as free was taken before the process bound it.
 const START_ATTEMPTS: usize = 3;
+/// How long a killed apiserver's port may take to refuse connections (the kernel closes the
+/// listener as the process exits, so this is a bound, not an expected wait).
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What to install after start.
 #[derive(Clone, Debug, Default)]
@@ -48,16 +52,51 @@ pub struct ControlPlane {
 struct Inner {
     dir: PathBuf,
     etcd: ManagedChild,
-    apiserver: ManagedChild,
+    /// Behind a lock because tests stop and restart it (hub outages).
+    apiserver: Mutex<ApiServer>,
+    /// Kept so that a restart uses exactly the first start's flags.
+    apiserver_cmd: ApiServerCommand,
+    port: u16,
     server: String,
     ca_file: PathBuf,
     admin_token: String,
+    client_ca: ClientCa,
+}
+
+struct ApiServer {
+    child: ManagedChild,
+    /// Set at shutdown, so that a racing restart cannot leave a process behind.
+    shut_down: bool,
+}
+
+struct ApiServerCommand {
+    bin: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl ApiServerCommand {
+    fn spawn(&self) -> Result<ManagedChild, Error> {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(&self.args);
+        ManagedChild::spawn("kube-apiserver", cmd, &self.log)
+            .map_err(Error::io(format!("start {}", self.bin.display())))
+    }
+}
+
+/// A poisoned lock only means a panic elsewhere; the child handle inside is still valid.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Shutdown for Inner {
     fn shutdown(&self) {
         // The apiserver first, so that it does not log etcd connection errors while dying.
-        self.apiserver.kill();
+        {
+            let mut apiserver = lock(&self.apiserver);
+            apiserver.shut_down = true;
+            apiserver.child.kill();
+        }
         self.etcd.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -136,11 +175,13 @@ impl ControlPlane {
         .map_err(Error::io("write the token file"))?;
         let (sa_key, sa_pub) = (dir.join("sa.key"), dir.join("sa.pub"));
         pki::write_service_account_keys(&sa_key, &sa_pub)?;
+        let client_ca = ClientCa::generate()?;
+        let client_ca_file = dir.join("client-ca.crt");
+        std::fs::write(&client_ca_file, client_ca.cert_pem())
+            .map_err(Error::io("write the client CA"))?;
         let cert_dir = dir.join("certs");
         let server = format!("https://127.0.0.1:{secure_port}");
-        let apiserver_log = dir.join("kube-apiserver.log");
-        let mut api_cmd = Command::new(apiserver_bin);
-        api_cmd.args([
+        let args = vec![
             format!("--etcd-servers={etcd_url}"),
             format!("--cert-dir={}", cert_dir.display()),
             format!("--secure-port={secure_port}"),
@@ -152,44 +193,57 @@ impl ControlPlane {
             "--disable-admission-plugins=ServiceAccount".into(),
             "--authorization-mode=RBAC".into(),
             format!("--token-auth-file={}", token_file.display()),
+            format!("--client-ca-file={}", client_ca_file.display()),
             format!("--service-account-issuer={server}/"),
             format!("--service-account-key-file={}", sa_pub.display()),
             format!("--service-account-signing-key-file={}", sa_key.display()),
             format!("--api-audiences={server}/"),
             "--v=1".into(),
-        ]);
-        let apiserver = ManagedChild::spawn("kube-apiserver", api_cmd, &apiserver_log)
-            .map_err(Error::io(format!("start {}", apiserver_bin.display())))?;
+        ];
+        let apiserver_cmd = ApiServerCommand {
+            bin: apiserver_bin.to_path_buf(),
+            args,
+            log: dir.join("kube-apiserver.log"),
+        };
+        let apiserver = apiserver_cmd.spawn()?;
 
         let ca_file = cert_dir.join("apiserver.crt");
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
             etcd,
-            apiserver,
+            apiserver: Mutex::new(ApiServer {
+                child: apiserver,
+                shut_down: false,
+            }),
+            apiserver_cmd,
+            port: secure_port,
             server,
             ca_file,
             admin_token,
+            client_ca,
         });
         let as_shutdown: Arc<dyn Shutdown> = inner.clone();
         process::register_for_exit(&as_shutdown);
         let cp = ControlPlane { inner };
-        cp.wait_ready(&apiserver_log).await?;
+        cp.wait_ready().await?;
         Ok(cp)
     }
 
-    async fn wait_ready(&self, log: &Path) -> Result<(), Error> {
+    async fn wait_ready(&self) -> Result<(), Error> {
+        let log = &self.inner.apiserver_cmd.log;
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut last = String::new();
         loop {
             if let Some(status) = self.inner.etcd.exited() {
                 return Err(exited(
-                    &self.inner.etcd,
+                    self.inner.etcd.name(),
                     status,
                     &self.inner.dir.join("etcd.log"),
                 ));
             }
-            if let Some(status) = self.inner.apiserver.exited() {
-                return Err(exited(&self.inner.apiserver, status, log));
+            let apiserver_exit = lock(&self.inner.apiserver).child.exited();
+            if let Some(status) = apiserver_exit {
+                return Err(exited("kube-apiserver", status, log));
             }
             // The serving certificate appears a moment after the process starts.
             if self.inner.ca_file.exists() {
@@ -238,9 +292,55 @@ impl ControlPlane {
         &self.inner.server
     }
 
-    /// The PID of etcd and of kube-apiserver.
+    /// The PID of etcd and of the current (or last) kube-apiserver.
     pub fn pids(&self) -> [u32; 2] {
-        [self.inner.etcd.pid(), self.inner.apiserver.pid()]
+        [
+            self.inner.etcd.pid(),
+            lock(&self.inner.apiserver).child.pid(),
+        ]
+    }
+
+    /// Kills kube-apiserver (SIGKILL, like a crash; etcd keeps running) and returns once it has
+    /// exited and its port refuses connections: a hub outage for the code under test.
+    /// Idempotent.
+    pub fn stop_apiserver(&self) -> Result<(), Error> {
+        // `kill` also reaps the process, so its listening socket is closed or closing.
+        lock(&self.inner.apiserver).child.kill();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.inner.port));
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            if Instant::now() > deadline {
+                return Err(Error::NotReady {
+                    what: format!("port {} to close after stopping kube-apiserver", addr),
+                    seconds: STOP_TIMEOUT.as_secs(),
+                    detail: " (is another process listening on it?)".into(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Starts kube-apiserver again after [`Self::stop_apiserver`] with the first start's flags:
+    /// same port, same serving certificate (so existing kubeconfigs and clients stay valid),
+    /// same etcd (so the data is still there). Waits for `/readyz` like the first start.
+    ///
+    /// A no-op (apart from the readiness wait) while it is running; an error after
+    /// [`Self::shutdown`].
+    pub async fn start_apiserver(&self) -> Result<(), Error> {
+        {
+            let mut apiserver = lock(&self.inner.apiserver);
+            if apiserver.shut_down {
+                return Err(Error::Invalid(
+                    "cannot start kube-apiserver: the control plane was shut down".into(),
+                ));
+            }
+            if !apiserver.child.running() {
+                // Replacing the old handle reaps it if it exited on its own.
+                apiserver.child = self.inner.apiserver_cmd.spawn()?;
+            }
+        }
+        self.wait_ready().await
     }
 
     /// The directory holding the data, certificates and logs; removed at shutdown.
@@ -270,6 +370,49 @@ impl ControlPlane {
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), Error> {
         std::fs::write(path, self.kubeconfig(None))
             .map_err(Error::io(format!("write {}", path.display())))
+    }
+
+    /// The CA that signed the apiserver's serving certificate (self-signed by kube-apiserver),
+    /// PEM: what a client must trust to reach [`Self::server`].
+    pub fn ca_pem(&self) -> Result<String, Error> {
+        std::fs::read_to_string(&self.inner.ca_file)
+            .map_err(Error::io(format!("read {}", self.inner.ca_file.display())))
+    }
+
+    /// A client certificate the apiserver accepts as `user` (CN) in `groups` (one O each),
+    /// signed by the control plane's client CA: the identity an OCM agent gets once its CSR is
+    /// approved. Valid from a minute ago (clock skew) for `valid_for`.
+    pub fn client_certificate(
+        &self,
+        user: &str,
+        groups: &[&str],
+        valid_for: Duration,
+    ) -> Result<ClientCertificate, Error> {
+        self.inner.client_ca.issue(user, groups, valid_for)
+    }
+
+    /// Writes `dir/tls.key`, `dir/tls.crt` and `dir/kubeconfig` as a mounted
+    /// `<addon>-hub-kubeconfig` secret has them: the kubeconfig names the certificate and key by
+    /// relative paths and embeds the serving CA. Returns the kubeconfig's path.
+    ///
+    /// Each file is replaced atomically (temp file + rename), key before certificate, so a
+    /// process watching them never reads half a file; the set as a whole is not swapped at once.
+    pub fn write_cert_kubeconfig(
+        &self,
+        dir: &Path,
+        cert: &ClientCertificate,
+    ) -> Result<PathBuf, Error> {
+        std::fs::create_dir_all(dir).map_err(Error::io(format!("create {}", dir.display())))?;
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: testenv\n  user:\n    client-certificate: tls.crt\n    client-key: tls.key\ncontexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: testenv\n    namespace: default\ncurrent-context: testenv\n",
+            server = self.inner.server,
+            ca = pki::base64(self.ca_pem()?.as_bytes()),
+        );
+        write_atomic(&dir.join("tls.key"), &cert.key_pem, 0o600)?;
+        write_atomic(&dir.join("tls.crt"), &cert.cert_pem, 0o644)?;
+        let path = dir.join("kubeconfig");
+        write_atomic(&path, &kubeconfig, 0o600)?;
+        Ok(path)
     }
 
     /// The client config of the admin, or of an impersonated identity (what
@@ -314,6 +457,34 @@ impl ControlPlane {
     }
 }
 
+/// Writes `contents` to a temporary name in the same directory, then renames it over `path`:
+/// readers see the old file or the new one, never a partial one.
+fn write_atomic(path: &Path, contents: &str, mode: u32) -> Result<(), Error> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(
+        ".{file_name}.tmp-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(contents.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(Error::io(format!("write {}", path.display())))
+}
+
 fn existing(path: PathBuf, what: &'static str) -> Result<PathBuf, Error> {
     if path.is_file() {
         Ok(path)
@@ -322,12 +493,12 @@ fn existing(path: PathBuf, what: &'static str) -> Result<PathBuf, Error> {
     }
 }
 
-fn exited(child: &ManagedChild, status: String, log: &Path) -> Error {
+fn exited(process: &'static str, status: String, log: &Path) -> Error {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n");
     Error::ProcessExited {
-        process: child.name(),
+        process,
         status,
         log: log.to_path_buf(),
         tail,
@@ -343,7 +514,7 @@ async fn wait_for(
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Some(status) = child.exited() {
-            return Err(exited(child, status, log));
+            return Err(exited(child.name(), status, log));
         }
         if ready() {
             return Ok(());

@@ -11,7 +11,10 @@
 //! let cp = testenv::shared().await;               // one per test binary, upstream OCM CRDs in
 //! let ns = testenv::namespace(&cp.client()?, "roundtrip").await?;  // one namespace per test
 //! let alice = cp.client_as("alice", &["team-a"])?;  // real RBAC applies to her
-//! # let _ = (ns, alice); Ok(()) }
+//! // An agent's identity as a client certificate, laid out like a mounted hub-kubeconfig secret.
+//! let cert = cp.client_certificate("agent", &["agents"], std::time::Duration::from_secs(3600))?;
+//! let kubeconfig = cp.write_cert_kubeconfig(std::path::Path::new("/tmp/hub"), &cert)?;
+//! # let _ = (ns, alice, kubeconfig); Ok(()) }
 //! ```
 
 pub mod crds;
@@ -23,6 +26,7 @@ mod pki;
 
 pub use control_plane::{ControlPlane, Options};
 pub use crds::{install_crds, namespace, upstream_crds};
+pub use pki::ClientCertificate;
 
 use std::path::PathBuf;
 
@@ -58,6 +62,9 @@ pub enum Error {
     Parse { file: String, message: String },
     #[error("cannot generate keys: {0}")]
     Pki(#[from] rcgen::Error),
+    /// A request the control plane cannot honour, e.g. a restart after shutdown.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl Error {

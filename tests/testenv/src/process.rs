@@ -43,8 +43,9 @@ pub(crate) struct ManagedChild {
 }
 
 impl ManagedChild {
+    /// Appends to `log`, so that a restarted process keeps the earlier run's lines.
     pub(crate) fn spawn(name: &'static str, mut cmd: Command, log: &Path) -> io::Result<Self> {
-        let out = File::create(log)?;
+        let out = File::options().create(true).append(true).open(log)?;
         let err = out.try_clone()?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
         set_parent_death_signal(&mut cmd);
@@ -82,6 +83,16 @@ impl ManagedChild {
             Ok(None) => None,
             Err(e) => Some(format!("unknown ({e})")),
         }
+    }
+
+    /// Whether the process is still running (not killed, not exited).
+    pub(crate) fn running(&self) -> bool {
+        let Ok(mut guard) = self.child.lock() else {
+            return false;
+        };
+        guard
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
     /// Kills and reaps the process; idempotent.

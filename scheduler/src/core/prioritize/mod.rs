@@ -145,9 +145,5 @@ pub fn from_policy(policy: &PrioritizerPolicy) -> Result<Vec<Weighted>, Status> 
     Ok(out)
 }
 
-/// Min-max normalisation to [-100, 100] with Go's truncation toward zero, as the resource
-/// prioritizer does: `int64(((v - min)/(max - min) - 0.5) * 2 * 100)`.
-pub fn normalise(v: f64, min: f64, max: f64) -> i64 {
-    // `as` truncates toward zero and saturates, like Go's int64() on finite values.
-    (((v - min) / (max - min) - 0.5) * 2.0 * 100.0) as i64
-}
+/// Min-max normalisation to [-100, 100] as the resource prioritizer does it.
+pub use ocm_api::score::min_max as normalise;

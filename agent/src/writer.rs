@@ -1,0 +1,484 @@
+//! Keeping one `AddOnPlacementScore` per cluster on the hub: create it when missing, then
+//! patch its status in the same pass (the CRD has a status subresource, so a create drops the
+//! status: upstream's agent shows no scores until its next sync); set `validUntil` and the
+//! `AddOnPlacementScoreUpdated` condition; write only when the scores moved (by the
+//! hysteresis or more), the condition changed, or `validUntil` is due for renewal.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use ocm_api::cluster::v1alpha1::AddOnPlacementScoreFields;
+use ocm_api::wellknown::score::{CONDITION_UPDATED, MESSAGE_UPDATED, REASON_UPDATED};
+use ocm_api::{AddOnPlacementScore, conditions};
+use serde_json::json;
+use thiserror::Error;
+
+use futures::StreamExt;
+
+use crate::provider::{Computed, Outcome, Scores};
+
+/// How the writer writes.
+#[derive(Clone, Debug)]
+pub struct WriteSettings {
+    /// The object's name in each cluster namespace (`resource-usage-score`).
+    pub score_name: String,
+    /// `validUntil` is set this far ahead at every write.
+    pub ttl: Duration,
+    /// The refresh period: `validUntil` is renewed once less than `ttl - period/2` of it is
+    /// left, so that every periodic refresh renews it and a change-triggered recompute in
+    /// between does not.
+    pub period: Duration,
+    /// Score moves smaller than this many points are not written (0: every move is).
+    pub hysteresis: u32,
+    /// Field manager of the writes and `app.kubernetes.io/managed-by` label of the objects.
+    pub manager: String,
+}
+
+/// A write that did not happen.
+#[derive(Debug, Error)]
+pub enum WriteError {
+    /// The hub is unreachable or failing (transport errors, 5xx, 429) or refuses our
+    /// credentials (401): retry the whole pass later, with backoff.
+    #[error("hub unavailable: {0}")]
+    Hub(#[source] kube::Error),
+    /// The hub refused this cluster's object (403 forbidden, 404 namespace missing, 422
+    /// invalid): other clusters go on; this one is tried again at the next refresh.
+    #[error("hub refused the write: {0}")]
+    Refused(#[source] kube::Error),
+}
+
+impl WriteError {
+    fn from_kube(e: kube::Error) -> Self {
+        match &e {
+            kube::Error::Api(s) if s.code == 401 || s.code == 429 || s.code >= 500 => {
+                WriteError::Hub(e)
+            }
+            kube::Error::Api(_) => WriteError::Refused(e),
+            _ => WriteError::Hub(e),
+        }
+    }
+
+    /// Whether the hub said our credentials are not (or no longer) valid.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, WriteError::Hub(kube::Error::Api(s)) if s.code == 401)
+    }
+}
+
+/// What a write pass did for one cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Created the object, then wrote its status.
+    Created,
+    /// Patched the status.
+    Updated,
+    /// Nothing to write.
+    Unchanged,
+}
+
+/// The status as last written (or read), per cluster.
+#[derive(Clone, Debug, Default)]
+struct Known {
+    scores: Scores,
+    valid_until: Option<jiff::Timestamp>,
+    conditions: Vec<Condition>,
+    generation: Option<i64>,
+}
+
+/// The writer and what it knows of each cluster's object.
+pub struct ScoreWriter {
+    settings: WriteSettings,
+    known: BTreeMap<String, Known>,
+}
+
+impl ScoreWriter {
+    pub fn new(settings: WriteSettings) -> Self {
+        Self {
+            settings,
+            known: BTreeMap::new(),
+        }
+    }
+
+    pub fn settings(&self) -> &WriteSettings {
+        &self.settings
+    }
+
+    /// The scores last written for `cluster` (after hysteresis), if any.
+    pub fn written(&self, cluster: &str) -> Option<&Scores> {
+        self.known.get(cluster).map(|k| &k.scores)
+    }
+
+    /// Forgets what is known of every object, so the next pass reads them again (after the
+    /// hub was away: someone may have changed or deleted them meanwhile).
+    pub fn forget(&mut self) {
+        self.known.clear();
+    }
+
+    /// Brings `cluster`'s object in line with `outcome` at `now`.
+    pub async fn write(
+        &mut self,
+        client: &kube::Client,
+        cluster: &str,
+        outcome: &Outcome,
+        now: jiff::Timestamp,
+    ) -> Result<Written, WriteError> {
+        let known = self.known.remove(cluster);
+        let (known, result) = write_one(&self.settings, client, cluster, known, outcome, now).await;
+        if let Some(k) = known {
+            self.known.insert(cluster.to_owned(), k);
+        }
+        result
+    }
+
+    /// Writes every cluster of `computed`, `concurrency` at a time, and returns each result
+    /// in cluster order.
+    pub async fn write_all(
+        &mut self,
+        client: &kube::Client,
+        computed: &Computed,
+        now: jiff::Timestamp,
+        concurrency: usize,
+    ) -> Vec<(String, Result<Written, WriteError>)> {
+        // Owned inputs per job: futures borrowing from a closure's arguments are not `Send`
+        // for every lifetime, which the provider's task needs.
+        let jobs: Vec<_> = computed
+            .iter()
+            .map(|(cluster, outcome)| {
+                write_owned(
+                    self.settings.clone(),
+                    client.clone(),
+                    cluster.to_owned(),
+                    self.known.remove(cluster),
+                    outcome.clone(),
+                    now,
+                )
+            })
+            .collect();
+        let mut results: Vec<_> = futures::stream::iter(jobs)
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        results.sort_by(|a, b| a.0.cmp(&b.0));
+        results
+            .into_iter()
+            .map(|(cluster, known, result)| {
+                if let Some(k) = known {
+                    self.known.insert(cluster.clone(), k);
+                }
+                (cluster, result)
+            })
+            .collect()
+    }
+}
+
+async fn write_owned(
+    settings: WriteSettings,
+    client: kube::Client,
+    cluster: String,
+    known: Option<Known>,
+    outcome: Outcome,
+    now: jiff::Timestamp,
+) -> (String, Option<Known>, Result<Written, WriteError>) {
+    let (known, result) = write_one(&settings, &client, &cluster, known, &outcome, now).await;
+    (cluster, known, result)
+}
+
+/// One cluster's write; returns what is known of its object afterwards (`None`: read it again
+/// next time).
+async fn write_one(
+    settings: &WriteSettings,
+    client: &kube::Client,
+    cluster: &str,
+    mut known: Option<Known>,
+    outcome: &Outcome,
+    now: jiff::Timestamp,
+) -> (Option<Known>, Result<Written, WriteError>) {
+    let api: Api<AddOnPlacementScore> = Api::namespaced(client.clone(), cluster);
+    let mut created = false;
+    // Two rounds at most: an object deleted under us is created again once.
+    for _ in 0..2 {
+        let current = match known.take() {
+            Some(k) => k,
+            None => match read_or_create(settings, &api).await {
+                Ok((k, c)) => {
+                    created |= c;
+                    k
+                }
+                Err(e) => return (None, Err(e)),
+            },
+        };
+        let Some((patch, next)) = plan(settings, &current, outcome, now) else {
+            let written = if created {
+                Written::Created
+            } else {
+                Written::Unchanged
+            };
+            return (Some(current), Ok(written));
+        };
+        let params = PatchParams::apply(&settings.manager);
+        match api
+            .patch_status(&settings.score_name, &params, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(obj) => {
+                let mut next = next;
+                next.generation = obj.metadata.generation;
+                let written = if created {
+                    Written::Created
+                } else {
+                    Written::Updated
+                };
+                return (Some(next), Ok(written));
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // The object may have moved on meanwhile: read it again next time.
+            Err(e) => return (None, Err(WriteError::from_kube(e))),
+        }
+    }
+    let gone = kube::core::Status::failure(
+        "the AddOnPlacementScore was deleted twice while being written",
+        "NotFound",
+    )
+    .with_code(404)
+    .boxed();
+    (None, Err(WriteError::Refused(kube::Error::Api(gone))))
+}
+
+/// Reads the object, or creates it (without status: the apiserver would drop it) when
+/// missing.
+async fn read_or_create(
+    settings: &WriteSettings,
+    api: &Api<AddOnPlacementScore>,
+) -> Result<(Known, bool), WriteError> {
+    let name = &settings.score_name;
+    if let Some(obj) = api.get_opt(name).await.map_err(WriteError::from_kube)? {
+        return Ok((known_from(&obj), false));
+    }
+    let obj = AddOnPlacementScore {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    settings.manager.clone(),
+                )]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: AddOnPlacementScoreFields {},
+        status: None,
+    };
+    let params = PostParams {
+        field_manager: Some(settings.manager.clone()),
+        ..PostParams::default()
+    };
+    match api.create(&params, &obj).await {
+        Ok(obj) => Ok((known_from(&obj), true)),
+        // Created by someone else meanwhile (a second replica during a rollout).
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let obj = api.get(name).await.map_err(WriteError::from_kube)?;
+            Ok((known_from(&obj), false))
+        }
+        Err(e) => Err(WriteError::from_kube(e)),
+    }
+}
+
+/// The status patch to send, with what will be known after it; `None` when nothing needs
+/// writing.
+fn plan(
+    s: &WriteSettings,
+    known: &Known,
+    outcome: &Outcome,
+    now: jiff::Timestamp,
+) -> Option<(serde_json::Value, Known)> {
+    let mut next = known.clone();
+    let (status, reason, message) = match outcome {
+        Outcome::Scores(_) => ("True", REASON_UPDATED, MESSAGE_UPDATED),
+        Outcome::Unavailable { reason, message } => ("False", reason.as_str(), message.as_str()),
+    };
+    conditions::set(
+        &mut next.conditions,
+        CONDITION_UPDATED,
+        status,
+        reason,
+        message,
+        now,
+    );
+    if let Some(c) = next
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == CONDITION_UPDATED)
+    {
+        c.observed_generation = known.generation;
+    }
+    let condition_changed = next.conditions != known.conditions;
+    let Outcome::Scores(scores) = outcome else {
+        // Only the condition: the last scores stay until their validUntil.
+        return condition_changed.then(|| {
+            (
+                json!({ "status": { "conditions": next.conditions } }),
+                next.clone(),
+            )
+        });
+    };
+    let moved = scores.moved_from(&known.scores, s.hysteresis);
+    if moved {
+        next.scores = scores.clone();
+    }
+    let renew_below = jiff::SignedDuration::try_from(s.ttl.saturating_sub(s.period / 2))
+        .unwrap_or(jiff::SignedDuration::MAX);
+    let renew = known
+        .valid_until
+        .is_none_or(|vu| vu.duration_since(now) < renew_below);
+    if !(moved || renew || condition_changed) {
+        return None;
+    }
+    let valid_until = valid_until(now, s.ttl);
+    next.valid_until = Some(valid_until);
+    let items: Vec<serde_json::Value> = next
+        .scores
+        .iter()
+        .map(|(name, value)| json!({ "name": name, "value": value }))
+        .collect();
+    Some((
+        json!({ "status": {
+            "scores": items,
+            "validUntil": valid_until.to_string(),
+            "conditions": next.conditions,
+        }}),
+        next,
+    ))
+}
+
+/// `now + ttl`, to the second (metav1.Time's precision).
+fn valid_until(now: jiff::Timestamp, ttl: Duration) -> jiff::Timestamp {
+    let secs = now
+        .as_second()
+        .saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX));
+    jiff::Timestamp::from_second(secs).unwrap_or(jiff::Timestamp::MAX)
+}
+
+fn known_from(obj: &AddOnPlacementScore) -> Known {
+    let status = obj.status.clone().unwrap_or_default();
+    Known {
+        scores: status
+            .scores
+            .iter()
+            .map(|i| (i.name.as_str(), i.value))
+            .collect(),
+        valid_until: status.valid_until.map(|t| t.0),
+        conditions: status.conditions,
+        generation: obj.metadata.generation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer(hysteresis: u32) -> ScoreWriter {
+        ScoreWriter::new(WriteSettings {
+            score_name: "s".into(),
+            ttl: Duration::from_secs(180),
+            period: Duration::from_secs(60),
+            hysteresis,
+            manager: "test".into(),
+        })
+    }
+
+    fn at(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000 + s).expect("timestamp")
+    }
+
+    fn scores(v: i32) -> Outcome {
+        Outcome::Scores([("cpu", v)].into_iter().collect())
+    }
+
+    /// Applies a plan as the hub would, returning whether something was written.
+    fn step(w: &ScoreWriter, known: &mut Known, outcome: &Outcome, now: jiff::Timestamp) -> bool {
+        match plan(&w.settings, known, outcome, now) {
+            Some((_, next)) => {
+                *known = next;
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[test]
+    fn first_write_then_renewal_only_at_the_period() {
+        let w = writer(0);
+        let mut k = Known::default();
+        assert!(step(&w, &mut k, &scores(10), at(0)));
+        assert_eq!(k.valid_until, Some(at(180)));
+        // A change-triggered recompute with the same scores 20 s later: nothing to write.
+        assert!(!step(&w, &mut k, &scores(10), at(20)));
+        // The periodic refresh a period later renews validUntil.
+        assert!(step(&w, &mut k, &scores(10), at(60)));
+        assert_eq!(k.valid_until, Some(at(240)));
+        // A real move is written at once.
+        assert!(step(&w, &mut k, &scores(11), at(61)));
+        assert_eq!(k.scores.get("cpu"), Some(11));
+    }
+
+    #[test]
+    fn hysteresis_holds_small_moves_but_renews_with_the_held_values() {
+        let w = writer(5);
+        let mut k = Known::default();
+        assert!(step(&w, &mut k, &scores(10), at(0)));
+        assert!(!step(&w, &mut k, &scores(14), at(10)));
+        assert!(step(&w, &mut k, &scores(14), at(60)), "renewal is due");
+        assert_eq!(k.scores.get("cpu"), Some(10), "held value renewed");
+        assert!(step(&w, &mut k, &scores(15), at(61)));
+        assert_eq!(k.scores.get("cpu"), Some(15));
+    }
+
+    #[test]
+    fn unavailable_sets_the_condition_and_keeps_scores() {
+        let w = writer(0);
+        let mut k = Known::default();
+        assert!(step(&w, &mut k, &scores(10), at(0)));
+        let down = Outcome::Unavailable {
+            reason: "NoMetrics".into(),
+            message: "no samples".into(),
+        };
+        let (patch, _) = plan(&w.settings, &k, &down, at(5)).expect("condition changes");
+        assert!(patch["status"].get("scores").is_none());
+        assert_eq!(patch["status"]["conditions"][0]["status"], "False");
+        assert!(step(&w, &mut k, &down, at(5)));
+        assert!(
+            !step(&w, &mut k, &down, at(65)),
+            "no renewal while unavailable"
+        );
+        assert_eq!(k.valid_until, Some(at(180)));
+        // Back: True again with a new transition time.
+        assert!(step(&w, &mut k, &scores(10), at(70)));
+        let c = &k.conditions[0];
+        assert_eq!(
+            (c.status.as_str(), c.last_transition_time.0),
+            ("True", at(70))
+        );
+    }
+
+    #[test]
+    fn the_patch_lists_every_score_and_clears_removed_ones() {
+        let w = writer(0);
+        let k = Known {
+            scores: [("cpu", 1), ("gpu", 2)].into_iter().collect(),
+            valid_until: Some(at(100)),
+            ..Known::default()
+        };
+        let (patch, _) = plan(&w.settings, &k, &scores(1), at(0)).expect("gpu went away");
+        assert_eq!(
+            patch["status"]["scores"],
+            json!([{ "name": "cpu", "value": 1 }])
+        );
+        assert_eq!(patch["status"]["validUntil"], "2027-01-15T08:03:00Z");
+        assert_eq!(
+            patch["status"]["conditions"][0]["reason"],
+            "AddOnPlacementScoreUpdated"
+        );
+    }
+}

@@ -1,0 +1,548 @@
+//! The resource-usage agent binary against a real apiserver (hub and managed cluster are the
+//! same control plane here; each test has its own namespaces, nodes and add-on name), with the
+//! shipped least-privilege RBAC for both of its identities.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use ocm_api::wellknown::score::RESOURCE_USAGE_SCORE;
+use serde_json::json;
+
+fn expected(pairs: &[(&str, i32)]) -> BTreeMap<String, i32> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+}
+
+/// Every case of the arithmetic in one cluster. Nodes: n1 (16 CPU, 64Gi), n2 (8, 32Gi), n3
+/// cordoned (32, 128Gi). Counted pods (expectations worked out by hand, in cores and GiB):
+/// - p-plain on n1: containers 1 + 0.5 CPU, 2 + 1 Gi            -> 1.5, 3
+/// - p-init on n1: init 4 CPU 1Gi; container 1 CPU 4Gi         -> max(1, 4) = 4, max(4, 1) = 4
+/// - p-sidecar on n2: sidecar 0.5 CPU 0.5Gi (restartPolicy Always), then init 2 CPU 0.25Gi,
+///   container 1 CPU 1Gi -> steady 1.5, init-time 2.5 -> 2.5 CPU; memory steady 1.5 Gi
+/// - p-overhead on n2: container 1 CPU 1Gi, RuntimeClass overhead 250m 128Mi -> 1.25, 1.125
+///
+/// Not counted: a Succeeded pod, a pod being deleted, a pod on the cordoned node, an unbound
+/// pod. Free: n1 10.5 CPU, 57 Gi; n2 4.25 CPU, 29.375 Gi; cluster 14.75 CPU, 86.375 Gi.
+/// With --cpu-range 0:20 and --memory-range 0:128Gi:
+/// cpu cluster 200*14.75/20-100 = 47.5 -> 47; node 200*10.5/20-100 = 5;
+/// mem cluster 200*86.375/128-100 = 34.96 -> 34; node 200*57/128-100 = -10.94 -> -10.
+#[tokio::test]
+async fn scores_follow_nodes_and_pods_and_expire_when_the_agent_stops() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("admin");
+    let setup = Setup::new(cp, cp, "usage").await;
+    let ns = testenv::namespace(&admin, "usage-pods").await.expect("ns");
+    for n in [
+        node(&setup, "n1", &[("cpu", "16"), ("memory", "64Gi")], false),
+        node(&setup, "n2", &[("cpu", "8"), ("memory", "32Gi")], false),
+        node(&setup, "n3", &[("cpu", "32"), ("memory", "128Gi")], true),
+    ] {
+        create_node(&admin, &n).await;
+    }
+    let n1 = node_name(&setup, "n1");
+    let n2 = node_name(&setup, "n2");
+    let n3 = node_name(&setup, "n3");
+    let rc = format!("rc-{}", setup.fleet);
+    let runtime_class: k8s_openapi::api::node::v1::RuntimeClass = serde_json::from_value(json!({
+        "metadata": { "name": rc }, "handler": "runc",
+        "overhead": { "podFixed": { "cpu": "250m", "memory": "128Mi" } },
+    }))
+    .expect("runtime class");
+    Api::all(admin.clone())
+        .create(&PostParams::default(), &runtime_class)
+        .await
+        .expect("create runtime class");
+    let pods = [
+        pod(
+            "p-plain",
+            Some(&n1),
+            json!({ "containers": [
+                container("a", &[("cpu", "1"), ("memory", "2Gi")]),
+                container("b", &[("cpu", "500m"), ("memory", "1Gi")]),
+            ]}),
+        ),
+        pod(
+            "p-init",
+            Some(&n1),
+            json!({
+                "initContainers": [container("i", &[("cpu", "4"), ("memory", "1Gi")])],
+                "containers": [container("a", &[("cpu", "1"), ("memory", "4Gi")])],
+            }),
+        ),
+        pod(
+            "p-sidecar",
+            Some(&n2),
+            json!({
+                "initContainers": [
+                    sidecar("s", &[("cpu", "500m"), ("memory", "512Mi")]),
+                    container("i", &[("cpu", "2"), ("memory", "256Mi")]),
+                ],
+                "containers": [container("a", &[("cpu", "1"), ("memory", "1Gi")])],
+            }),
+        ),
+        pod(
+            "p-overhead",
+            Some(&n2),
+            json!({
+                "runtimeClassName": rc,
+                "containers": [container("a", &[("cpu", "1"), ("memory", "1Gi")])],
+            }),
+        ),
+        pod(
+            "p-done",
+            Some(&n1),
+            json!({ "containers": [container("a", &[("cpu", "8")])] }),
+        ),
+        pod(
+            "p-deleting",
+            Some(&n2),
+            json!({ "containers": [container("a", &[("cpu", "4")])] }),
+        ),
+        pod(
+            "p-cordoned",
+            Some(&n3),
+            json!({ "containers": [container("a", &[("cpu", "2")])] }),
+        ),
+        pod(
+            "p-unbound",
+            None,
+            json!({ "containers": [container("a", &[("cpu", "6")])] }),
+        ),
+    ];
+    for p in &pods {
+        create_pod(&admin, &ns, p).await;
+    }
+    set_pod_phase(&admin, &ns, "p-done", "Succeeded").await;
+    // A bound pod being deleted stays (no kubelet confirms) with its deletionTimestamp set.
+    Api::<Pod>::namespaced(admin.clone(), &ns)
+        .delete("p-deleting", &DeleteParams::default())
+        .await
+        .expect("delete");
+
+    let port = free_port();
+    let mut args = setup.run_args(port);
+    args.extend(["--cpu-range=0:20".into(), "--memory-range=0:128Gi".into()]);
+    let mut agent = Agent::spawn(&args, &setup.dir.join("agent.log"), port);
+
+    let want = expected(&[
+        ("cpuAvailable", 47),
+        ("cpuClusterAvailable", 47),
+        ("cpuNodeAvailable", 5),
+        ("memAvailable", 34),
+        ("memClusterAvailable", 34),
+        ("memNodeAvailable", -10),
+    ]);
+    let first = eventually("the expected scores", DEADLINE, || async {
+        let s = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?;
+        (scores_of(&s) == want).then_some(s)
+    })
+    .await;
+    let condition = first.conditions.first().expect("a condition");
+    assert_eq!(
+        (
+            condition.type_.as_str(),
+            condition.status.as_str(),
+            condition.reason.as_str()
+        ),
+        (
+            "AddOnPlacementScoreUpdated",
+            "True",
+            "AddOnPlacementScoreUpdated"
+        )
+    );
+    let v0 = first.valid_until.clone().expect("validUntil").0;
+    assert!(v0 > jiff::Timestamp::now(), "validUntil in the future");
+
+    // A new pod (2 CPU on n1) moves the scores within seconds: cluster free 12.75 -> 27;
+    // the freest node is n1 at 8.5 -> -15.
+    create_pod(
+        &admin,
+        &ns,
+        &pod(
+            "p-new",
+            Some(&n1),
+            json!({ "containers": [container("a", &[("cpu", "2")])] }),
+        ),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    eventually(
+        "the scores after a new pod",
+        Duration::from_secs(15),
+        || async {
+            let s = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?;
+            let got = scores_of(&s);
+            (got.get("cpuClusterAvailable") == Some(&27)
+                && got.get("cpuNodeAvailable") == Some(&-15))
+            .then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "a new pod reached the hub's scores after {:?}",
+        started.elapsed()
+    );
+
+    // validUntil advances at every refresh (2 s here), twice.
+    let mut last = v0;
+    for _ in 0..2 {
+        last = eventually("validUntil to advance", Duration::from_secs(15), || async {
+            let s = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?;
+            let v = s.valid_until?.0;
+            (v > last).then_some(v)
+        })
+        .await;
+    }
+
+    // The health Lease is renewed in the agent's namespace.
+    let lease = eventually("the health Lease", DEADLINE, || async {
+        Api::<Lease>::namespaced(admin.clone(), &setup.agent_ns)
+            .get_opt(&setup.addon)
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    assert!(lease.spec.and_then(|s| s.renew_time).is_some());
+    assert_eq!(agent.metric("score_provider_hub_backoff").await, Some(0.0));
+
+    // While the scores are valid the scheduler reads them; once the agent is gone they expire
+    // (TTL 6 s) and the scheduling core reads 0.
+    let live = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE)
+        .await
+        .expect("scores");
+    let value = scores_of(&live)["cpuAvailable"];
+    assert_eq!(
+        scheduler_addon_score(&setup.cluster, &live, jiff::Timestamp::now()),
+        value
+    );
+    agent.kill();
+    let dead = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE)
+        .await
+        .expect("scores");
+    let until = dead.valid_until.clone().expect("validUntil").0;
+    eventually("the scores to expire", Duration::from_secs(15), || async {
+        (jiff::Timestamp::now() > until).then_some(())
+    })
+    .await;
+    assert_eq!(
+        scheduler_addon_score(&setup.cluster, &dead, jiff::Timestamp::now()),
+        0,
+        "expired scores read as 0"
+    );
+    assert_ne!(
+        value, 0,
+        "the live score was not 0, so the check above can fail"
+    );
+}
+
+/// A restartable init container (a sidecar).
+fn sidecar(name: &str, requests: &[(&str, &str)]) -> serde_json::Value {
+    let mut c = container(name, requests);
+    c["restartPolicy"] = json!("Always");
+    c
+}
+
+/// What the scheduling core's AddOn prioritizer gives `cluster` for `cpuAvailable` of these
+/// scores at `now`.
+fn scheduler_addon_score(
+    cluster: &str,
+    status: &ocm_api::AddOnPlacementScoreStatus,
+    now: jiff::Timestamp,
+) -> i32 {
+    use placement_scheduler::core::{Snapshot, schedule};
+    let mut snap = Snapshot::new();
+    let mc: ocm_api::ManagedCluster = serde_json::from_value(json!({
+        "metadata": { "name": cluster, "labels": { "cluster.open-cluster-management.io/clusterset": "s" } },
+        "spec": { "hubAcceptsClient": true },
+    }))
+    .expect("cluster");
+    snap.upsert_cluster(Arc::new(mc));
+    let set: ocm_api::ManagedClusterSet =
+        serde_json::from_value(json!({ "metadata": { "name": "s" }, "spec": { "clusterSelector": { "selectorType": "ExclusiveClusterSetLabel" } } })).expect("set");
+    snap.upsert_set(Arc::new(set));
+    let binding: ocm_api::ManagedClusterSetBinding = serde_json::from_value(json!({
+        "metadata": { "name": "s", "namespace": "p" }, "spec": { "clusterSet": "s" },
+    }))
+    .expect("binding");
+    snap.upsert_binding(&binding);
+    let score: ocm_api::AddOnPlacementScore = serde_json::from_value(json!({
+        "metadata": { "name": RESOURCE_USAGE_SCORE, "namespace": cluster },
+        "status": status,
+    }))
+    .expect("score");
+    snap.upsert_score(Arc::new(score));
+    let placement: ocm_api::Placement = serde_json::from_value(json!({
+        "metadata": { "name": "p", "namespace": "p" },
+        "spec": { "prioritizerPolicy": { "mode": "Exact", "configurations": [
+            { "scoreCoordinate": { "type": "AddOn", "addOn": { "resourceName": RESOURCE_USAGE_SCORE, "scoreName": "cpuAvailable" } }, "weight": 1 }
+        ]}},
+    }))
+    .expect("placement");
+    let outcome = schedule(&snap, &placement, now);
+    let p = outcome
+        .prioritizers
+        .iter()
+        .find(|p| p.name.starts_with("AddOn"))
+        .expect("the AddOn prioritizer ran");
+    p.scores
+        .first()
+        .copied()
+        .flatten()
+        .expect("a score for the cluster") as i32
+}
+
+/// GPUs count when the cluster has them; all GPU nodes cordoned is -100, not absent.
+#[tokio::test]
+async fn gpus_when_present_and_minus_100_when_none_schedulable() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("admin");
+    let setup = Setup::new(cp, cp, "gpu").await;
+    let ns = testenv::namespace(&admin, "gpu-pods").await.expect("ns");
+    create_node(
+        &admin,
+        &node(
+            &setup,
+            "g1",
+            &[("cpu", "8"), ("memory", "32Gi"), ("nvidia.com/gpu", "4")],
+            false,
+        ),
+    )
+    .await;
+    let g1 = node_name(&setup, "g1");
+    create_pod(
+        &admin,
+        &ns,
+        &pod(
+            "train",
+            Some(&g1),
+            json!({ "containers": [container("a", &[("nvidia.com/gpu", "1")])] }),
+        ),
+    )
+    .await;
+    let port = free_port();
+    let _agent = Agent::spawn(&setup.run_args(port), &setup.dir.join("agent.log"), port);
+    // 3 free GPUs of 0..20: 200*3/20-100 = -70.
+    eventually("GPU scores", DEADLINE, || async {
+        let s = scores_of(&score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?);
+        (s.get("gpuClusterAvailable") == Some(&-70) && s.get("gpuNodeAvailable") == Some(&-70))
+            .then_some(())
+    })
+    .await;
+    Api::<Node>::all(admin.clone())
+        .patch(
+            &g1,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "unschedulable": true } })),
+        )
+        .await
+        .expect("cordon");
+    let s = eventually(
+        "GPU at -100 after cordoning",
+        Duration::from_secs(15),
+        || async {
+            let s = scores_of(&score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?);
+            (s.get("gpuClusterAvailable") == Some(&-100)
+                && s.get("gpuNodeAvailable") == Some(&-100))
+            .then_some(s)
+        },
+    )
+    .await;
+    assert!(
+        !s.contains_key("tpuClusterAvailable"),
+        "no TPUs: no TPU items"
+    );
+    assert_eq!(
+        s.get("cpuClusterAvailable"),
+        Some(&-100),
+        "nothing schedulable"
+    );
+}
+
+/// The shipped RBAC: the agent's hub identity writes its own cluster's scores and nothing
+/// else; its managed-cluster identity reads nodes and pods but no Secrets, and touches
+/// Leases only in its own namespace.
+#[tokio::test]
+async fn least_privilege_for_both_identities() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("admin");
+    let setup = Setup::new(cp, cp, "rbac").await;
+    let other = testenv::namespace(&admin, "rbac-other").await.expect("ns");
+    let (user, groups) = setup.hub_identity();
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let hub = cp.client_as(&user, &groups).expect("hub identity");
+    let score: ocm_api::AddOnPlacementScore =
+        serde_json::from_value(json!({ "metadata": { "name": RESOURCE_USAGE_SCORE } }))
+            .expect("score");
+    let own: Api<ocm_api::AddOnPlacementScore> = Api::namespaced(hub.clone(), &setup.cluster);
+    own.create(&PostParams::default(), &score)
+        .await
+        .expect("own namespace: create");
+    own.patch_status(
+        RESOURCE_USAGE_SCORE,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": { "scores": [{ "name": "x", "value": 1 }] } })),
+    )
+    .await
+    .expect("own namespace: status");
+    let refused =
+        |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
+    let theirs: Api<ocm_api::AddOnPlacementScore> = Api::namespaced(hub.clone(), &other);
+    assert!(refused(
+        theirs
+            .create(&PostParams::default(), &score)
+            .await
+            .map(|_| ())
+    ));
+    assert!(refused(
+        Api::<Secret>::namespaced(hub.clone(), &setup.cluster)
+            .list(&Default::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(refused(
+        Api::<ocm_api::ManagedCluster>::all(hub.clone())
+            .list(&Default::default())
+            .await
+            .map(|_| ())
+    ));
+
+    let (user, groups) = setup.managed_identity();
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let managed = cp.client_as(&user, &groups).expect("managed identity");
+    Api::<Node>::all(managed.clone())
+        .list(&Default::default())
+        .await
+        .expect("nodes");
+    Api::<Pod>::all(managed.clone())
+        .list(&Default::default())
+        .await
+        .expect("pods");
+    assert!(refused(
+        Api::<Secret>::namespaced(managed.clone(), &setup.agent_ns)
+            .list(&Default::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(refused(
+        Api::<Secret>::all(managed.clone())
+            .list(&Default::default())
+            .await
+            .map(|_| ())
+    ));
+    let lease = |name: &str| -> Lease {
+        serde_json::from_value(json!({ "metadata": { "name": name } })).expect("lease")
+    };
+    Api::<Lease>::namespaced(managed.clone(), &setup.agent_ns)
+        .create(&PostParams::default(), &lease(&setup.addon))
+        .await
+        .expect("own Lease");
+    assert!(refused(
+        Api::<Lease>::namespaced(managed.clone(), &other)
+            .create(&PostParams::default(), &lease(&setup.addon))
+            .await
+            .map(|_| ())
+    ));
+    assert!(refused(
+        Api::<Pod>::namespaced(managed.clone(), &setup.agent_ns)
+            .create(
+                &PostParams::default(),
+                &pod("x", None, json!({ "containers": [container("a", &[])] }))
+            )
+            .await
+            .map(|_| ())
+    ));
+}
+
+/// `print --source host` on this machine: free CPU between 0 and the CPU count, available
+/// memory above 0 and at most the total, every score in range.
+#[tokio::test]
+async fn host_mode_gives_sane_values_on_this_machine() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_resource-usage-agent"))
+        .args(["print", "--source", "host"])
+        .output()
+        .expect("run the agent");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cpu = v["free"]["cpu"]["cluster"].as_f64().expect("free CPU");
+    assert!((0.0..=cpus).contains(&cpu), "free CPU {cpu} of {cpus}");
+    let mem = v["free"]["memory"]["cluster"]
+        .as_f64()
+        .expect("free memory");
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map(|kib| kib * 1024.0)
+        .expect("MemTotal");
+    assert!(
+        mem > 0.0 && mem <= total,
+        "available memory {mem} of {total}"
+    );
+    let scores = v["scores"]["local"].as_object().expect("scores");
+    assert!(scores.contains_key("cpuAvailable") && scores.contains_key("memNodeAvailable"));
+    assert!(!scores.contains_key("gpuClusterAvailable"));
+    for (name, value) in scores {
+        let x = value.as_i64().expect("a number");
+        assert!((-100..=100).contains(&x), "{name} = {x}");
+    }
+}
+
+/// Bad input gets a clear error, not a panic.
+#[test]
+fn bad_flags_and_a_broken_kubeconfig_are_clear_errors() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_resource-usage-agent"))
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run the agent");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let dir = std::env::temp_dir().join(format!("agent-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let broken = dir.join("broken.kubeconfig");
+    std::fs::write(&broken, "apiVersion: v1\nclusters: [oops").expect("write");
+    let (code, err) = run(&[
+        "run",
+        "--cluster-name=c",
+        "--source=host",
+        &format!("--hub-kubeconfig={}", broken.display()),
+        "--health-lease=false",
+        "--metrics-bind-address=127.0.0.1:0",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cannot read the hub kubeconfig"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let (code, err) = run(&["print", "--source=host", "--cpu-range=5:5"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("min < max"), "{err}");
+    let (code, err) = run(&[
+        "run",
+        "--cluster-name=c",
+        "--source=host",
+        "--hub-kubeconfig=/nonexistent",
+        "--refresh-period=60s",
+        "--score-ttl=10s",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--score-ttl"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
