@@ -6,10 +6,9 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -22,24 +21,7 @@ use testenv::ControlPlane;
 
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Polls `f` until it returns `Some`, or panics with `what` after `deadline`.
-pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+pub use testenv::eventually;
 
 /// The agent's identities and files for one test.
 pub struct Setup {

@@ -21,19 +21,12 @@ use tokio::sync::oneshot;
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Polls `f` until it returns `Some`, or panics with `what` after [`DEADLINE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    testenv::eventually(what, DEADLINE, f).await
 }
 
 /// A running controller; stops when dropped.

@@ -95,3 +95,26 @@ pub async fn shared() -> &'static ControlPlane {
         })
         .await
 }
+
+/// Polls `f` every 100 ms until it returns `Some`, or panics with `what` after `deadline`:
+/// how tests wait for an outcome (never a bare sleep).
+///
+/// # Panics
+/// When `deadline` passes first: the test failed.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: std::time::Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
