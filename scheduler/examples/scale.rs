@@ -28,7 +28,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
@@ -42,6 +42,7 @@ use ocm_api::{
     PlacementDecision,
 };
 use serde_json::{Value, json};
+use testenv::procfs;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -491,71 +492,6 @@ async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
 // ---------------------------------------------------------------------------------------------
 // /proc
 
-fn clk_tck() -> f64 {
-    static TCK: OnceLock<f64> = OnceLock::new();
-    *TCK.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
-/// User + system CPU time of a process.
-fn proc_cpu(pid: u32) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Duration::ZERO;
-    };
-    // Fields after the command name (which may hold spaces and parentheses): state is field 3,
-    // utime 14 and stime 15.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return Duration::ZERO;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / clk_tck())
-}
-
-/// Busy CPU time of the machine since boot: `/proc/stat`'s first line without idle and iowait.
-fn machine_busy() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
-        return Duration::ZERO;
-    };
-    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return Duration::ZERO;
-    };
-    // user nice system idle iowait irq softirq steal (guest time is already in user).
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let busy: u64 = f
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != 3 && *i != 4)
-        .map(|(_, v)| v)
-        .sum();
-    Duration::from_secs_f64(busy as f64 / clk_tck())
-}
-
-/// A `kB` line of `/proc/<pid>/status` (VmHWM: peak RSS), in bytes.
-fn proc_status_kb(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim_start_matches(':').split_whitespace().next())
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Prometheus text
 
@@ -969,11 +905,11 @@ impl Point {
         let [etcd, apiserver_pid] = hub.cp.pids();
         Ok(Point {
             at: Instant::now(),
-            controller_cpu: proc_cpu(ctl.pid),
-            apiserver_cpu: proc_cpu(apiserver_pid),
-            etcd_cpu: proc_cpu(etcd),
-            harness_cpu: proc_cpu(std::process::id()),
-            machine_cpu: machine_busy(),
+            controller_cpu: procfs::cpu_time(ctl.pid),
+            apiserver_cpu: procfs::cpu_time(apiserver_pid),
+            etcd_cpu: procfs::cpu_time(etcd),
+            harness_cpu: procfs::cpu_time(std::process::id()),
+            machine_cpu: procfs::machine_busy(),
             controller,
             apiserver,
             harness: hub.harness_requests(),
@@ -1174,7 +1110,7 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
             eprintln!(
                 "[{name}] {seen_at:.0?}: {complete}/{placements} placements decided, {} PlacementDecisions, controller CPU {:.1?}",
                 list.items.len(),
-                proc_cpu(ctl.pid).saturating_sub(p0.controller_cpu)
+                procfs::cpu_time(ctl.pid).saturating_sub(p0.controller_cpu)
             );
         }
         tokio::time::sleep(poll_interval).await;
@@ -1225,7 +1161,7 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
                     } else {
                         new.join(", ")
                     },
-                    proc_cpu(ctl.pid).saturating_sub(p0.controller_cpu)
+                    procfs::cpu_time(ctl.pid).saturating_sub(p0.controller_cpu)
                 );
             }
             reported = (now, writes, current.1);
@@ -1251,7 +1187,7 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
     let list = retry(|| pd_api.list(&lp)).await?;
     hub.count("LIST", "placementdecisions", 1.0);
     let load_at_end = decisions_load(&list.items, clusters).1;
-    let peak_rss = proc_status_kb(ctl.pid, "VmHWM");
+    let peak_rss = procfs::status_bytes(ctl.pid, "VmHWM");
     let hub_started_in = hub.started_in;
     drop(ctl);
     drop(hub);
@@ -1908,7 +1844,7 @@ async fn reaction(env: &Env<'_>, clusters: usize, placements: usize) -> Result<R
     }
     let p1 = Point::take(&hub, &ctl).await?;
     let changes = Window::between(&p0, &p1);
-    let peak_rss = proc_status_kb(ctl.pid, "VmHWM");
+    let peak_rss = procfs::status_bytes(ctl.pid, "VmHWM");
     drop(watch);
     drop(ctl);
     let control_plane_start = hub.started_in;

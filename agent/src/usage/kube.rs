@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -14,7 +13,11 @@ use kube::runtime::watcher::{self, Event};
 use super::index::{NodeFilter, Totals, UsageIndex};
 use super::requests::Resource;
 use super::scores::Free;
+use super::slim::{SlimNode, SlimPod};
 use crate::provider::{Change, ProviderError};
+
+/// Objects per list page (kube's default is 500: about 7 MB of pod JSON at once).
+const LIST_PAGE_SIZE: u32 = 100;
 
 /// Pods that hold resources on a node: bound, and neither Succeeded nor Failed (the server
 /// filters, so terminal pods are never sent; a pod turning terminal arrives as a deletion).
@@ -57,19 +60,22 @@ impl KubeSource {
 
     /// The watches as one stream of changes. Polling it keeps the index current.
     pub fn changes(&self) -> BoxStream<'static, Change> {
-        let mut config = watcher::Config::default();
+        // Small pages: a list page is decoded at once, and its peak stays as allocator residue.
+        let mut config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
         if let Some(s) = &self.node_selector {
             config = config.labels(s);
         }
-        let nodes = watcher::watcher(Api::<Node>::all(self.client.clone()), config)
+        let nodes = watcher::watcher(Api::<SlimNode>::all(self.client.clone()), config)
             .default_backoff()
             .filter_map({
                 let me = self.clone();
                 move |event| std::future::ready(me.on_node(event))
             });
         let pods = watcher::watcher(
-            Api::<Pod>::all(self.client.clone()),
-            watcher::Config::default().fields(POD_FIELD_SELECTOR),
+            Api::<SlimPod>::all(self.client.clone()),
+            watcher::Config::default()
+                .fields(POD_FIELD_SELECTOR)
+                .page_size(LIST_PAGE_SIZE),
         )
         .default_backoff()
         .filter_map({
@@ -79,7 +85,7 @@ impl KubeSource {
         Box::pin(futures::stream::select(nodes, pods))
     }
 
-    fn on_node(&self, event: Result<Event<Node>, watcher::Error>) -> Option<Change> {
+    fn on_node(&self, event: Result<Event<SlimNode>, watcher::Error>) -> Option<Change> {
         let event = match event {
             Ok(e) => e,
             Err(e) => {
@@ -89,15 +95,15 @@ impl KubeSource {
         };
         let mut s = self.lock();
         match event {
-            Event::Apply(node) => s.index.apply_node(&node),
-            Event::Delete(node) => s.index.delete_node(&name(&node.metadata.name)),
+            Event::Apply(node) => s.index.apply_node(&node.into_node()),
+            Event::Delete(node) => s.index.delete_node(node.name()),
             // A (re)list: what it does not show is gone at its end.
             Event::Init => {
                 s.index.begin_node_relist();
                 return None;
             }
             Event::InitApply(node) => {
-                s.index.apply_node(&node);
+                s.index.apply_node(&node.into_node());
                 return None;
             }
             Event::InitDone => {
@@ -108,7 +114,7 @@ impl KubeSource {
         Some(Change { what: "node" })
     }
 
-    fn on_pod(&self, event: Result<Event<Pod>, watcher::Error>) -> Option<Change> {
+    fn on_pod(&self, event: Result<Event<SlimPod>, watcher::Error>) -> Option<Change> {
         let event = match event {
             Ok(e) => e,
             Err(e) => {
@@ -117,25 +123,22 @@ impl KubeSource {
             }
         };
         let mut s = self.lock();
-        let apply = |s: &mut State, pod: &Pod| {
-            if let Err(e) = s.index.apply_pod(pod) {
+        let apply = |s: &mut State, pod: SlimPod| {
+            if let Err(e) = s.index.apply_pod(&pod.into_pod()) {
                 // The apiserver validated these quantities, so this is unexpected; the pod
                 // counts as requesting nothing rather than stopping the agent.
                 tracing::warn!(error = %e, "cannot read a pod's requests; not counting it");
             }
         };
         match event {
-            Event::Apply(pod) => apply(&mut s, &pod),
-            Event::Delete(pod) => {
-                let (ns, n) = (name(&pod.metadata.namespace), name(&pod.metadata.name));
-                s.index.delete_pod(&ns, &n);
-            }
+            Event::Apply(pod) => apply(&mut s, pod),
+            Event::Delete(pod) => s.index.delete_pod(pod.namespace(), pod.name()),
             Event::Init => {
                 s.index.begin_pod_relist();
                 return None;
             }
             Event::InitApply(pod) => {
-                apply(&mut s, &pod);
+                apply(&mut s, pod);
                 return None;
             }
             Event::InitDone => {
@@ -191,8 +194,4 @@ pub fn free_from(totals: &Totals) -> Free {
         );
     }
     free
-}
-
-fn name(n: &Option<String>) -> String {
-    n.clone().unwrap_or_default()
 }

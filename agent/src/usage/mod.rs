@@ -12,3 +12,4 @@ pub mod kube;
 pub mod provider;
 pub mod requests;
 pub mod scores;
+pub mod slim;

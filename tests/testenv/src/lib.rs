@@ -20,6 +20,7 @@
 pub mod crds;
 pub mod paths;
 pub mod process;
+pub mod procfs;
 
 mod control_plane;
 mod pki;
