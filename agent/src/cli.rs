@@ -27,7 +27,7 @@ pub struct ProviderArgs {
     #[arg(long, env = "REFRESH_PERIOD", default_value = "60s", value_parser = parse_duration)]
     pub refresh_period: Duration,
     /// How long written scores stay valid (`validUntil = now + ttl`); default three refresh
-    /// periods, so a dead provider's scores expire and placements read 0 for them.
+    /// periods (at least two), so a dead provider's scores expire and placements read 0.
     #[arg(long, env = "SCORE_TTL", value_parser = parse_duration)]
     pub score_ttl: Option<Duration>,
     /// A change (node, pod, ...) is reflected after about this long; bursts coalesce.
@@ -48,12 +48,19 @@ pub struct ProviderArgs {
 
 #[derive(Debug, Error)]
 pub enum CliError {
-    #[error("--refresh-period must be at least 1s, got {0:?}")]
+    #[error("--refresh-period must be between 1s and 24h, got {0:?}")]
     Period(Duration),
     #[error(
-        "--score-ttl ({ttl:?}) must be at least --refresh-period ({period:?}): scores would expire between refreshes"
+        "--score-ttl ({ttl:?}) must be between twice --refresh-period ({period:?}) and 30 days: a shorter one lets scores expire between renewals"
     )]
     Ttl { ttl: Duration, period: Duration },
+    #[error("{flag} must be between {min:?} and {max:?}, got {got:?}")]
+    Range {
+        flag: &'static str,
+        min: Duration,
+        max: Duration,
+        got: Duration,
+    },
     #[error(transparent)]
     Hub(#[from] HubError),
     #[error(transparent)]
@@ -65,14 +72,36 @@ pub enum CliError {
 impl ProviderArgs {
     /// The loop's settings for the score object `score_name`, written as `manager`.
     pub fn settings(&self, score_name: &str, manager: &str) -> Result<Settings, CliError> {
+        const DAY: Duration = Duration::from_secs(24 * 3600);
         let period = self.refresh_period;
-        if period < Duration::from_secs(1) {
+        if !(Duration::from_secs(1)..=DAY).contains(&period) {
             return Err(CliError::Period(period));
         }
+        // validUntil is renewed once less than ttl - period/2 is left, at the periodic
+        // refreshes; from two periods up it never lapses between them.
         let ttl = self.score_ttl.unwrap_or(period * 3);
-        if ttl < period {
+        if !(period * 2..=DAY * 30).contains(&ttl) {
             return Err(CliError::Ttl { ttl, period });
         }
+        let within = |flag, got: Duration, min, max| {
+            if (min..=max).contains(&got) {
+                Ok(())
+            } else {
+                Err(CliError::Range {
+                    flag,
+                    min,
+                    max,
+                    got,
+                })
+            }
+        };
+        within("--debounce", self.debounce, Duration::ZERO, period)?;
+        within(
+            "--hub-kubeconfig-check-interval",
+            self.hub_kubeconfig_check_interval,
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?;
         let mut settings = Settings::new(WriteSettings {
             score_name: score_name.to_owned(),
             ttl,
@@ -121,4 +150,61 @@ pub async fn serve<P: ScoreProvider>(
     runner.run(shutdown).await;
     let _ = server.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ProviderArgs,
+    }
+
+    fn settings(extra: &[&str]) -> Result<Settings, CliError> {
+        let argv = ["provider", "--hub-kubeconfig=k"]
+            .into_iter()
+            .chain(extra.iter().copied());
+        Cli::try_parse_from(argv)
+            .expect("flags parse")
+            .args
+            .settings("s", "m")
+    }
+
+    #[test]
+    fn durations_are_checked_before_anything_runs() {
+        let ok = settings(&["--refresh-period=10s"]).expect("valid");
+        assert_eq!(ok.write.ttl, Duration::from_secs(30), "three periods");
+        assert!(matches!(
+            settings(&["--refresh-period=0s"]),
+            Err(CliError::Period(_))
+        ));
+        assert!(matches!(
+            settings(&["--refresh-period=48h"]),
+            Err(CliError::Period(_))
+        ));
+        assert!(matches!(
+            settings(&["--refresh-period=60s", "--score-ttl=90s"]),
+            Err(CliError::Ttl { .. })
+        ));
+        assert!(settings(&["--refresh-period=60s", "--score-ttl=120s"]).is_ok());
+        assert!(matches!(
+            settings(&["--hub-kubeconfig-check-interval=0s"]),
+            Err(CliError::Range {
+                flag: "--hub-kubeconfig-check-interval",
+                ..
+            })
+        ));
+        assert!(matches!(
+            settings(&["--debounce=2m"]),
+            Err(CliError::Range {
+                flag: "--debounce",
+                ..
+            })
+        ));
+        assert!(Cli::try_parse_from(["p", "--hub-kubeconfig=k", "--refresh-period=1e30"]).is_err());
+    }
 }

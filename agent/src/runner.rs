@@ -34,11 +34,14 @@ pub struct Settings {
     /// The longest wait between attempts while the hub fails (the first is 1 s, then doubling,
     /// with jitter).
     pub backoff_max: Duration,
+    /// A pass's writes that take longer count as a hub failure (a connection that hangs in a
+    /// network partition would otherwise stall the loop until TCP gives up).
+    pub write_timeout: Duration,
 }
 
 impl Settings {
     /// Defaults around `write`: debounce 2 s, credentials checked every 10 s, 16 writes at
-    /// once, back-off up to 30 s.
+    /// once, back-off up to 30 s, writes given up after 30 s.
     pub fn new(write: WriteSettings) -> Self {
         Self {
             write,
@@ -46,6 +49,7 @@ impl Settings {
             hub_check_interval: Duration::from_secs(10),
             write_concurrency: 16,
             backoff_max: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -178,11 +182,13 @@ impl<P: ScoreProvider> Runner<P> {
             Err(ProviderError::NotReady(why)) => {
                 self.count_compute("not_ready");
                 tracing::debug!(why, "provider not ready");
+                timers.retry_later(Instant::now());
                 return;
             }
             Err(e) => {
                 self.count_compute("error");
                 tracing::warn!(error = %e, "cannot compute the scores; the hub keeps the last ones until they expire");
+                timers.retry_later(Instant::now());
                 return;
             }
         };
@@ -191,15 +197,26 @@ impl<P: ScoreProvider> Runner<P> {
             return;
         }
         let client = self.hub.client();
-        let results = writer
-            .write_all(
-                &client,
-                &computed,
-                jiff::Timestamp::now(),
-                self.settings.write_concurrency,
-            )
-            .await;
+        let writes = writer.write_all(
+            &client,
+            &computed,
+            jiff::Timestamp::now(),
+            self.settings.write_concurrency,
+        );
+        let results = match tokio::time::timeout(self.settings.write_timeout, writes).await {
+            Ok(results) => results,
+            Err(_) => {
+                // What the writer knew of the unfinished clusters is gone: it reads them again.
+                let e = format!("writes took more than {:?}", self.settings.write_timeout);
+                let delay = timers.hub_failed(Instant::now(), false);
+                self.metrics.hub_backoff.set(1);
+                self.health.set_not_ready(format!("hub unavailable: {e}"));
+                tracing::warn!(error = %e, retry_in = ?delay, "hub unavailable; computing on, writing when it is back");
+                return;
+            }
+        };
         let mut hub_error: Option<WriteError> = None;
+        let mut refused = 0usize;
         for (cluster, result) in results {
             let label = match &result {
                 Ok(Written::Created) => "created",
@@ -216,6 +233,7 @@ impl<P: ScoreProvider> Runner<P> {
                 Ok(Written::Unchanged) => {}
                 Ok(w) => tracing::debug!(cluster, written = ?w, "scores written"),
                 Err(e @ WriteError::Refused(_)) => {
+                    refused += 1;
                     tracing::warn!(cluster, error = %e, "cannot write this cluster's scores; trying again at the next refresh");
                 }
                 Err(e @ WriteError::Hub(_)) => hub_error = Some(e),
@@ -232,13 +250,21 @@ impl<P: ScoreProvider> Runner<P> {
             }
             None => {
                 if timers.hub_recovered() {
+                    // Someone may have changed or deleted the objects meanwhile.
+                    writer.forget();
                     tracing::info!("hub writes succeed again");
                 }
                 self.metrics.hub_backoff.set(0);
-                self.metrics
-                    .last_success
-                    .set(jiff::Timestamp::now().as_second());
-                self.health.set_ready(true);
+                if refused == 0 {
+                    self.metrics
+                        .last_success
+                        .set(jiff::Timestamp::now().as_second());
+                    self.health.set_ready(true);
+                } else {
+                    self.health.set_not_ready(format!(
+                        "the hub refused the writes of {refused} cluster(s)"
+                    ));
+                }
             }
         }
     }
@@ -348,6 +374,14 @@ impl Timers {
         };
         self.retry = Some(now + delay);
         delay
+    }
+
+    /// A retry came due but nothing was written (the compute failed): try again after the
+    /// next back-off step, not at once (the loop would spin on a past deadline).
+    fn retry_later(&mut self, now: Instant) {
+        if self.retry.is_some_and(|r| r <= now) {
+            self.hub_failed(now, false);
+        }
     }
 
     /// The hub answered; whether it had been failing.
@@ -477,5 +511,19 @@ mod tests {
         for _ in 0..20 {
             assert!(t.hub_failed(t0, false) <= Duration::from_secs(60));
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_due_retry_without_a_write_is_pushed_back() {
+        let mut t = timers();
+        let t0 = Instant::now();
+        let _ = t.take_due(t0);
+        let d = t.hub_failed(t0, false);
+        let due = t0 + d;
+        assert!(t.take_due(due).is_some_and(|d| d.retry));
+        // The compute failed: the retry must not stay in the past.
+        t.retry_later(due);
+        assert!(t.next_wake() > due, "the loop would spin");
+        assert!(t.backing_off(due));
     }
 }

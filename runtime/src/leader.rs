@@ -96,7 +96,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let signed = match s.parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs >= 0.0 => {
-            return Ok(Duration::from_secs_f64(secs));
+            return Duration::try_from_secs_f64(secs)
+                .map_err(|_| format!("{s:?} is too long a duration"));
         }
         Ok(_) => return Err(format!("{s:?} is not a duration")),
         Err(_) => s
