@@ -43,7 +43,6 @@ use ocm_api::{
 };
 use serde_json::{Value, json};
 use testenv::procfs;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -466,27 +465,7 @@ fn tail(path: &Path, n: usize) -> String {
 
 /// A plain HTTP/1.0 GET on loopback (the controller's metrics port).
 async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
-    let io = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-            .await?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await?;
-        Ok::<_, std::io::Error>(buf)
-    };
-    let buf = tokio::time::timeout(Duration::from_secs(10), io)
-        .await
-        .map_err(|_| format!("GET {path} on {addr}: timed out"))??;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("GET {path} on {addr}: no HTTP response"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("GET {path} on {addr}: bad status line"))?;
-    Ok((status, body.to_owned()))
+    Ok(testenv::http::get(addr, path).await?)
 }
 
 // ---------------------------------------------------------------------------------------------

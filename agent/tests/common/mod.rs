@@ -257,16 +257,11 @@ impl Agent {
 
     /// `/metrics` as text.
     pub async fn metrics(&self) -> Option<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port))
-            .await
-            .ok()?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).await.ok()?;
-        Some(body)
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.metrics_port));
+        match testenv::http::get(addr, "/metrics").await {
+            Ok((200, body)) => Some(body),
+            _ => None,
+        }
     }
 
     /// The value of the metric line starting with `series` (name and labels), if present.

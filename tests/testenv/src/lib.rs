@@ -18,6 +18,7 @@
 //! ```
 
 pub mod crds;
+pub mod http;
 pub mod paths;
 pub mod process;
 pub mod procfs;

@@ -6,9 +6,9 @@
 //! reported, not asserted.
 //!
 //! ```sh
-//! cargo build --release -p resource-usage-agent --bin resource-usage-agent --example scale
-//! target/release/examples/scale --no-build                       # 1,000 nodes, 30,000 pods
-//! target/release/examples/scale --no-build --nodes 50 --pods 1000 --steady 15s
+//! cargo build --release -p resource-usage-agent --bin resource-usage-agent --example agent_scale
+//! target/release/examples/agent_scale --no-build                       # 1,000 nodes, 30,000 pods
+//! target/release/examples/agent_scale --no-build --nodes 50 --pods 1000 --steady 15s
 //! ```
 //!
 //! Phases: create the nodes (create, write status, clear the admission's not-ready taint) and
@@ -43,7 +43,6 @@ use ocm_api::score::Normaliser;
 use ocm_api::wellknown::score::{RESOURCE_USAGE_SCORE, names};
 use serde_json::{Value, json};
 use testenv::procfs;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -1078,31 +1077,9 @@ impl Agent {
 
     /// `/metrics` as text.
     async fn metrics(&self) -> Result<String> {
-        let addr = self.metrics;
-        let io = async {
-            let mut s = tokio::net::TcpStream::connect(addr).await?;
-            s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-                .await?;
-            let mut buf = Vec::new();
-            s.read_to_end(&mut buf).await?;
-            Ok::<_, std::io::Error>(buf)
-        };
-        let buf = tokio::time::timeout(Duration::from_secs(10), io)
-            .await
-            .map_err(|_| format!("GET /metrics on {addr}: timed out"))?
-            .map_err(|e| format!("GET /metrics on {addr}: {e}"))?;
-        let text = String::from_utf8_lossy(&buf);
-        match text.split_once("\r\n\r\n") {
-            Some((head, body))
-                if head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200") =>
-            {
-                Ok(body.to_owned())
-            }
-            _ => Err(format!(
-                "GET /metrics on {addr}: unexpected answer {:?}",
-                text.lines().next()
-            )
-            .into()),
+        match testenv::http::get(self.metrics, "/metrics").await? {
+            (200, body) => Ok(body),
+            (status, _) => Err(format!("agent /metrics answered {status}").into()),
         }
     }
 }
