@@ -92,16 +92,6 @@ impl HubClient {
         self.read(|l| l.client.clone())
     }
 
-    /// How many times the client was rebuilt since [`HubClient::load`].
-    pub fn generation(&self) -> u64 {
-        self.read(|l| l.generation)
-    }
-
-    /// The kubeconfig followed (empty for [`HubClient::fixed`]).
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
     fn read<T>(&self, f: impl FnOnce(&Loaded) -> T) -> T {
         // A poisoned lock still holds a whole client: the writer only swaps complete values.
         let guard = self.inner.current.read().unwrap_or_else(|e| e.into_inner());

@@ -100,35 +100,10 @@ impl ScoreWriter {
         }
     }
 
-    pub fn settings(&self) -> &WriteSettings {
-        &self.settings
-    }
-
-    /// The scores last written for `cluster` (after hysteresis), if any.
-    pub fn written(&self, cluster: &str) -> Option<&Scores> {
-        self.known.get(cluster).map(|k| &k.scores)
-    }
-
     /// Forgets what is known of every object, so the next pass reads them again (after the
     /// hub was away: someone may have changed or deleted them meanwhile).
     pub fn forget(&mut self) {
         self.known.clear();
-    }
-
-    /// Brings `cluster`'s object in line with `outcome` at `now`.
-    pub async fn write(
-        &mut self,
-        client: &kube::Client,
-        cluster: &str,
-        outcome: &Outcome,
-        now: jiff::Timestamp,
-    ) -> Result<Written, WriteError> {
-        let known = self.known.remove(cluster);
-        let (known, result) = write_one(&self.settings, client, cluster, known, outcome, now).await;
-        if let Some(k) = known {
-            self.known.insert(cluster.to_owned(), k);
-        }
-        result
     }
 
     /// Writes every cluster of `computed`, `concurrency` at a time, and returns each result

@@ -288,10 +288,6 @@ impl UsageIndex {
         }
     }
 
-    pub fn filter(&self) -> &NodeFilter {
-        &self.filter
-    }
-
     /// Adds or updates a node. A nameless node (not something the API server returns) is
     /// ignored.
     pub fn apply_node(&mut self, node: &Node) {

@@ -34,6 +34,8 @@ pub struct KubeSource {
 struct State {
     index: UsageIndex,
     nodes_listed: bool,
+    /// How many malformed-allocatable warnings the index held when last logged.
+    warned: usize,
     pods_listed: bool,
 }
 
@@ -47,6 +49,7 @@ impl KubeSource {
             state: Arc::new(Mutex::new(State {
                 index: UsageIndex::new(filter),
                 nodes_listed: false,
+                warned: 0,
                 pods_listed: false,
             })),
         }
@@ -111,6 +114,15 @@ impl KubeSource {
                 s.nodes_listed = true;
             }
         }
+        // A node whose allocatable does not parse counts as not having that resource; say so
+        // once, when the set of such nodes changes (node events are rare).
+        let warnings = s.index.warnings().count();
+        if warnings != s.warned {
+            for w in s.index.warnings() {
+                tracing::warn!("{w}");
+            }
+            s.warned = warnings;
+        }
         Some(Change { what: "node" })
     }
 
@@ -167,11 +179,6 @@ impl KubeSource {
             "usage index"
         );
         Ok(free_from(&totals))
-    }
-
-    /// The index's totals (for logs and benchmarks).
-    pub fn totals(&self) -> Totals {
-        self.lock().index.totals()
     }
 }
 
