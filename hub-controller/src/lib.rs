@@ -1,1 +1,4 @@
-//! The hub add-on manager and the Thanos-backed scorer. They land with their issues.
+//! The hub side of the resource-usage score provider: the add-on manager (`manager`) that
+//! installs the agent on managed clusters through ManifestWorks.
+
+pub mod manager;

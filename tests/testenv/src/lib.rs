@@ -28,7 +28,7 @@ mod pki;
 
 pub use control_plane::{ControlPlane, Options};
 pub use crds::{install_crds, namespace, upstream_crds};
-pub use pki::ClientCertificate;
+pub use pki::{ClientCertificate, certificate_request};
 
 use std::path::PathBuf;
 

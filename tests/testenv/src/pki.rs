@@ -143,6 +143,28 @@ impl ClientCa {
     }
 }
 
+/// A PKCS#10 certificate request (PEM) for `user` in `groups` (one subject `O` per group, as
+/// OCM's registration agent asks for add-on certificates), and its private key (PEM).
+/// Hand-encoded for the same reason as client certificates: rcgen keeps one `O`.
+pub fn certificate_request(user: &str, groups: &[&str]) -> Result<(String, String), Error> {
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut subject: Vec<(&[u64], &str)> = groups.iter().map(|g| (OID_ORGANIZATION, *g)).collect();
+    subject.push((OID_COMMON_NAME, user));
+    let info = sequence(&[
+        &tlv(0x02, &[0]), // version 1
+        &name(&subject),
+        &key.subject_public_key_info(),
+        &tlv(0xa0, &[]), // no attributes
+    ]);
+    let signature = key.sign(&info)?;
+    let der = sequence(&[
+        &info,
+        &sequence(&[&oid(OID_ECDSA_WITH_SHA256)]),
+        &tlv(0x03, &[&[0u8][..], &signature].concat()),
+    ]);
+    Ok((pem("CERTIFICATE REQUEST", &der), key.serialize_pem()))
+}
+
 /// A DER type-length-value.
 fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
     let mut out = vec![tag];

@@ -1,0 +1,592 @@
+//! The thin part: watch what the plan reads into stores, run a pass after each burst of
+//! events (and when a rollout timeout or a retry is due), write what the pass planned.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition,
+};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource};
+use ocm_api::addon::v1alpha1::{
+    AddOnDeploymentConfig, AddOnDeploymentConfigSpec, ClusterManagementAddOn, ManagedClusterAddOn,
+};
+use ocm_api::cluster::v1beta1::PlacementDecision;
+use ocm_api::wellknown::label;
+use ocm_api::work::v1::ManifestWork;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use super::install::ConfigKey;
+use super::plan::{self, Action, Config, Settings, Snapshot, Step};
+use super::render;
+
+/// The field manager of every write.
+pub const MANAGER: &str = "resource-usage-hub";
+
+/// Who may write; asked before every pass.
+pub trait Leader: Send + Sync + 'static {
+    fn is_leader(&self) -> bool;
+}
+
+impl Leader for ocm_runtime::Leadership {
+    fn is_leader(&self) -> bool {
+        ocm_runtime::Leadership::is_leader(self)
+    }
+}
+
+/// Always the leader (leader election off, or a test).
+pub struct AlwaysLeader;
+
+impl Leader for AlwaysLeader {
+    fn is_leader(&self) -> bool {
+        true
+    }
+}
+
+/// How the controller runs.
+pub struct Options {
+    pub settings: Settings,
+    /// Events within this long make one pass.
+    pub debounce: Duration,
+    /// A pass at least this often even without events.
+    pub resync: Duration,
+    pub leader: Arc<dyn Leader>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+/// `addon_manager_*` metrics.
+pub struct Metrics {
+    pub passes: Counter,
+    pub pass_seconds: Histogram,
+    pub writes: Family<ActionLabels, Counter>,
+    pub write_errors: Family<ActionLabels, Counter>,
+    pub watch_errors: Family<KindLabels, Counter>,
+    /// ManagedClusterAddOns of this add-on.
+    pub addons: Gauge,
+}
+
+impl Metrics {
+    pub fn new(registry: &mut prometheus_client::registry::Registry) -> Self {
+        let m = Self {
+            passes: Counter::default(),
+            pass_seconds: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0]),
+            writes: Family::default(),
+            write_errors: Family::default(),
+            watch_errors: Family::default(),
+            addons: Gauge::default(),
+        };
+        let r = registry.sub_registry_with_prefix("addon_manager");
+        r.register("passes", "Reconcile passes run", m.passes.clone());
+        r.register(
+            "pass_duration_seconds",
+            "Time to plan and write one pass",
+            m.pass_seconds.clone(),
+        );
+        r.register("writes", "Writes to the hub by action", m.writes.clone());
+        r.register(
+            "write_errors",
+            "Failed writes by action (retried on the next pass)",
+            m.write_errors.clone(),
+        );
+        r.register(
+            "watch_errors",
+            "Watch failures by kind (the watch retries with backoff)",
+            m.watch_errors.clone(),
+        );
+        r.register(
+            "managed_cluster_addons",
+            "ManagedClusterAddOns of this add-on",
+            m.addons.clone(),
+        );
+        m
+    }
+}
+
+/// What the controller shares with main (readiness, metrics).
+#[derive(Clone)]
+pub struct Handle {
+    pub metrics: Arc<Metrics>,
+    synced: Arc<AtomicUsize>,
+}
+
+/// The number of watches; ready when each has listed once.
+const WATCHES: usize = 8;
+
+impl Handle {
+    pub fn new(registry: &mut prometheus_client::registry::Registry) -> Self {
+        Self {
+            metrics: Arc::new(Metrics::new(registry)),
+            synced: Arc::default(),
+        }
+    }
+
+    /// Every watch has listed once.
+    pub fn ready(&self) -> bool {
+        self.synced.load(Ordering::SeqCst) >= WATCHES
+    }
+}
+
+struct Stores {
+    cma: Store<ClusterManagementAddOn>,
+    mcas: Store<ManagedClusterAddOn>,
+    decisions: Store<PlacementDecision>,
+    configs: Store<DynamicObject>,
+    works: Store<ManifestWork>,
+    roles: Store<Role>,
+    bindings: Store<RoleBinding>,
+    csrs: Store<CertificateSigningRequest>,
+}
+
+/// Runs the manager until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    handle: Handle,
+    options: Options,
+    shutdown: impl Future<Output = ()>,
+) {
+    let settings = &options.settings;
+    let notify = Arc::new(Notify::new());
+    let mut tasks = tokio::task::JoinSet::new();
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={}", settings.addon));
+    let by_label =
+        watcher::Config::default().labels(&format!("{}={}", label::ADDON_NAME, settings.addon));
+    let ctx = WatchCtx {
+        notify: notify.clone(),
+        handle: handle.clone(),
+    };
+    let stores = Stores {
+        cma: ctx.watch(
+            &mut tasks,
+            Api::all(client.clone()),
+            by_name.clone(),
+            "ClusterManagementAddOn",
+        ),
+        mcas: ctx.watch(
+            &mut tasks,
+            Api::all(client.clone()),
+            by_name,
+            "ManagedClusterAddOn",
+        ),
+        decisions: ctx.watch(
+            &mut tasks,
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            "PlacementDecision",
+        ),
+        configs: {
+            let ar = ApiResource::erase::<AddOnDeploymentConfig>(&());
+            let writer = reflector::store::Writer::new(ar.clone());
+            let reader = writer.as_reader();
+            ctx.spawn(
+                &mut tasks,
+                writer,
+                Api::<DynamicObject>::all_with(client.clone(), &ar),
+                watcher::Config::default(),
+                "AddOnDeploymentConfig",
+            );
+            reader
+        },
+        works: ctx.watch(
+            &mut tasks,
+            Api::all(client.clone()),
+            by_label.clone(),
+            "ManifestWork",
+        ),
+        roles: ctx.watch(
+            &mut tasks,
+            Api::all(client.clone()),
+            by_label.clone(),
+            "Role",
+        ),
+        bindings: ctx.watch(
+            &mut tasks,
+            Api::all(client.clone()),
+            by_label.clone(),
+            "RoleBinding",
+        ),
+        csrs: ctx.watch(
+            &mut tasks,
+            Api::all(client.clone()),
+            by_label,
+            "CertificateSigningRequest",
+        ),
+    };
+    tracing::info!(addon = %settings.addon, image = %settings.template.image, "add-on manager starting");
+
+    let mut errors: BTreeMap<(String, Step), String> = BTreeMap::new();
+    let mut failures: u32 = 0;
+    let mut next = options.resync;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = notify.notified() => {}
+            _ = tokio::time::sleep(next) => {}
+        }
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tokio::time::sleep(options.debounce) => {}
+        }
+        next = options.resync;
+        if !handle.ready() || !options.leader.is_leader() {
+            // Look again soon: becoming ready or the leader is no event of its own.
+            next = Duration::from_millis(500);
+            continue;
+        }
+        let started = std::time::Instant::now();
+        let snap = snapshot(&stores, settings, &errors);
+        handle.metrics.addons.set(snap.mcas.len() as i64);
+        let planned = plan::plan(settings, &snap);
+        for w in &planned.warnings {
+            tracing::warn!("{w}");
+        }
+        let mut failed = false;
+        for action in planned.actions {
+            let kind = action.kind();
+            let step = match &action {
+                Action::ApplyRole(_) | Action::ApplyRoleBinding(_) => Some(Step::Permission),
+                Action::ApplyWork(_) => Some(Step::Work),
+                _ => None,
+            };
+            let cluster = action.cluster().map(str::to_owned);
+            let labels = ActionLabels {
+                action: kind.to_owned(),
+            };
+            match execute(&client, settings, action).await {
+                Ok(()) => {
+                    handle.metrics.writes.get_or_create(&labels).inc();
+                    if let (Some(c), Some(s)) = (cluster, step) {
+                        errors.remove(&(c, s));
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    handle.metrics.write_errors.get_or_create(&labels).inc();
+                    tracing::warn!(action = kind, cluster = cluster.as_deref().unwrap_or(""), error = %e, "write failed; retrying");
+                    if let (Some(c), Some(s)) = (cluster, step) {
+                        errors.insert((c, s), e.to_string());
+                    }
+                }
+            }
+        }
+        handle.metrics.passes.inc();
+        handle
+            .metrics
+            .pass_seconds
+            .observe(started.elapsed().as_secs_f64());
+        if failed {
+            failures = failures.saturating_add(1);
+            next = next.min(Duration::from_secs(1 << failures.min(5)));
+        } else {
+            failures = 0;
+        }
+        if let Some(r) = planned.recheck_after {
+            // A hair after the deadline, so the rollout sees it passed.
+            next = next.min(r + Duration::from_millis(100));
+        }
+    }
+    tracing::info!("add-on manager stopping");
+    tasks.shutdown().await;
+}
+
+#[derive(Clone)]
+struct WatchCtx {
+    notify: Arc<Notify>,
+    handle: Handle,
+}
+
+impl WatchCtx {
+    fn watch<K>(
+        &self,
+        tasks: &mut tokio::task::JoinSet<()>,
+        api: Api<K>,
+        config: watcher::Config,
+        kind: &'static str,
+    ) -> Store<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
+        let writer = reflector::store::Writer::default();
+        let reader = writer.as_reader();
+        self.spawn(tasks, writer, api, config, kind);
+        reader
+    }
+
+    fn spawn<K>(
+        &self,
+        tasks: &mut tokio::task::JoinSet<()>,
+        writer: reflector::store::Writer<K>,
+        api: Api<K>,
+        config: watcher::Config,
+        kind: &'static str,
+    ) where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    {
+        let ctx = self.clone();
+        tasks.spawn(async move {
+            let stream =
+                reflector::reflector(writer, watcher::watcher(api, config)).default_backoff();
+            futures::pin_mut!(stream);
+            let mut synced = false;
+            loop {
+                match stream.try_next().await {
+                    Ok(Some(event)) => {
+                        if matches!(event, Event::InitDone) && !synced {
+                            synced = true;
+                            ctx.handle.synced.fetch_add(1, Ordering::SeqCst);
+                            tracing::info!(kind, "watch synced");
+                        }
+                        if !matches!(event, Event::Init | Event::InitApply(_)) {
+                            ctx.notify.notify_one();
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(kind, error = %e, "watch failed; retrying");
+                        ctx.handle
+                            .metrics
+                            .watch_errors
+                            .get_or_create(&KindLabels { kind: kind.into() })
+                            .inc();
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn by_namespace<K>(store: &Store<K>, name: &str) -> BTreeMap<String, Arc<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|o| o.meta().name.as_deref() == Some(name))
+        .filter_map(|o| Some((o.meta().namespace.clone()?, o)))
+        .collect()
+}
+
+fn snapshot(
+    stores: &Stores,
+    settings: &Settings,
+    errors: &BTreeMap<(String, Step), String>,
+) -> Snapshot {
+    let configs = stores
+        .configs
+        .state()
+        .into_iter()
+        .filter_map(|o| {
+            let key = ConfigKey {
+                namespace: o.metadata.namespace.clone()?,
+                name: o.metadata.name.clone()?,
+            };
+            let spec = o
+                .data
+                .get("spec")
+                .cloned()
+                .map(serde_json::from_value::<AddOnDeploymentConfigSpec>)
+                .unwrap_or_else(|| Ok(AddOnDeploymentConfigSpec::default()))
+                .map_err(|e| e.to_string());
+            let hash = render::config_spec_hash(&o.data);
+            Some((key, Config { spec, hash }))
+        })
+        .collect();
+    let permission = settings.permission_name();
+    Snapshot {
+        cma: stores
+            .cma
+            .state()
+            .into_iter()
+            .find(|c| c.metadata.name.as_deref() == Some(settings.addon.as_str())),
+        mcas: by_namespace(&stores.mcas, &settings.addon),
+        decisions: stores.decisions.state(),
+        configs,
+        works: by_namespace(&stores.works, &settings.work_name()),
+        roles: by_namespace(&stores.roles, &permission),
+        bindings: by_namespace(&stores.bindings, &permission),
+        csrs: stores.csrs.state(),
+        errors: errors.clone(),
+        // Whole seconds: the API server keeps condition times to the second, and a pass over
+        // an unchanged hub must compare equal to what it wrote.
+        now: jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).ok(),
+    }
+}
+
+fn gone(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
+}
+
+async fn execute(client: &Client, settings: &Settings, action: Action) -> Result<(), kube::Error> {
+    let apply = PatchParams::apply(MANAGER).force();
+    let ignore_gone = |r: Result<(), kube::Error>| match r {
+        Err(e) if gone(&e) => Ok(()),
+        other => other,
+    };
+    match action {
+        Action::CreateCma(c) => {
+            match Api::<ClusterManagementAddOn>::all(client.clone())
+                .create(&PostParams::default(), &c)
+                .await
+            {
+                Err(e) if exists(&e) => Ok(()),
+                r => r.map(drop),
+            }
+        }
+        Action::PatchCmaSupportedConfigs(configs) => {
+            Api::<ClusterManagementAddOn>::all(client.clone())
+                .patch(
+                    &settings.addon,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"supportedConfigs": configs}})),
+                )
+                .await
+                .map(drop)
+        }
+        Action::PatchCmaStatus(progressions) => ignore_gone(
+            Api::<ClusterManagementAddOn>::all(client.clone())
+                .patch_status(
+                    &settings.addon,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"installProgressions": progressions}})),
+                )
+                .await
+                .map(drop),
+        ),
+        Action::CreateMca(m) => {
+            let ns = m.metadata.namespace.clone().unwrap_or_default();
+            match Api::<ManagedClusterAddOn>::namespaced(client.clone(), &ns)
+                .create(&PostParams::default(), &m)
+                .await
+            {
+                Err(e) if exists(&e) => Ok(()),
+                r => r.map(drop),
+            }
+        }
+        Action::DeleteMca { cluster } => ignore_gone(
+            Api::<ManagedClusterAddOn>::namespaced(client.clone(), &cluster)
+                .delete(&settings.addon, &DeleteParams::default())
+                .await
+                .map(drop),
+        ),
+        Action::PatchMcaStatus {
+            cluster,
+            resource_version,
+            status,
+        } => {
+            let mut body = serde_json::to_value(&status).map_err(kube::Error::SerdeError)?;
+            if status.config_references.is_empty()
+                && let Some(o) = body.as_object_mut()
+            {
+                // Merge patch keeps absent keys: clear a config that is no longer used.
+                o.insert("configReferences".into(), serde_json::Value::Null);
+            }
+            ignore_gone(
+                Api::<ManagedClusterAddOn>::namespaced(client.clone(), &cluster)
+                    .patch_status(
+                        &settings.addon,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({
+                            "metadata": {"resourceVersion": resource_version},
+                            "status": body,
+                        })),
+                    )
+                    .await
+                    .map(drop),
+            )
+        }
+        Action::ApplyRole(r) => {
+            let ns = r.metadata.namespace.clone().unwrap_or_default();
+            Api::<Role>::namespaced(client.clone(), &ns)
+                .patch(&settings.permission_name(), &apply, &Patch::Apply(&r))
+                .await
+                .map(drop)
+        }
+        Action::ApplyRoleBinding(b) => {
+            let ns = b.metadata.namespace.clone().unwrap_or_default();
+            Api::<RoleBinding>::namespaced(client.clone(), &ns)
+                .patch(&settings.permission_name(), &apply, &Patch::Apply(&b))
+                .await
+                .map(drop)
+        }
+        Action::DeleteRole { cluster } => ignore_gone(
+            Api::<Role>::namespaced(client.clone(), &cluster)
+                .delete(&settings.permission_name(), &DeleteParams::default())
+                .await
+                .map(drop),
+        ),
+        Action::DeleteRoleBinding { cluster } => ignore_gone(
+            Api::<RoleBinding>::namespaced(client.clone(), &cluster)
+                .delete(&settings.permission_name(), &DeleteParams::default())
+                .await
+                .map(drop),
+        ),
+        Action::ApplyWork(w) => {
+            let ns = w.metadata.namespace.clone().unwrap_or_default();
+            Api::<ManifestWork>::namespaced(client.clone(), &ns)
+                .patch(&settings.work_name(), &apply, &Patch::Apply(&w))
+                .await
+                .map(drop)
+        }
+        Action::DeleteWork { cluster } => ignore_gone(
+            Api::<ManifestWork>::namespaced(client.clone(), &cluster)
+                .delete(&settings.work_name(), &DeleteParams::default())
+                .await
+                .map(drop),
+        ),
+        Action::ApproveCsr { name } => {
+            let condition = CertificateSigningRequestCondition {
+                type_: "Approved".into(),
+                status: "True".into(),
+                reason: Some("AutoApprovedByHubCSRApprovingController".into()),
+                message: Some("Auto approving addon agent certificate.".into()),
+                ..Default::default()
+            };
+            tracing::info!(csr = %name, "approving the add-on agent's certificate request");
+            ignore_gone(
+                Api::<CertificateSigningRequest>::all(client.clone())
+                    .patch_approval(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": {"conditions": [condition]}})),
+                    )
+                    .await
+                    .map(drop),
+            )
+        }
+    }
+}

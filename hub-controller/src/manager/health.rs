@@ -1,0 +1,284 @@
+//! What a ManifestWork's status says about the add-on: `ManifestApplied` (addon-framework
+//! `agentdeploy`), `Available` by the work's Deployment feedback (the `WorkloadAvailability`
+//! prober) and whether the work has settled for a rollout.
+
+use ocm_api::wellknown::{addon_condition, work_condition};
+use ocm_api::work::v1::{ManifestWork, StatusFeedbackResult};
+
+/// `(status, reason, message)` of a condition.
+pub type Verdict = (&'static str, &'static str, String);
+
+/// `ManifestApplied` from the work's `Applied` condition; `None` while the work agent has not
+/// reported (upstream then drops a stale False and leaves a True alone).
+pub fn manifest_applied(work: &ManifestWork) -> Option<Verdict> {
+    let applied = find(work, work_condition::APPLIED)?;
+    Some(if applied.status == "True" {
+        (
+            "True",
+            addon_condition::reason::ADDON_MANIFEST_APPLIED,
+            "manifests of addon are applied successfully".to_owned(),
+        )
+    } else {
+        (
+            "False",
+            addon_condition::reason::ADDON_MANIFEST_APPLIED_FAILED,
+            "failed to apply the manifests of addon".to_owned(),
+        )
+    })
+}
+
+/// `Available` as upstream's work health check with the WorkloadAvailability prober: the
+/// work's `Available`, then the Deployments' WellKnownStatus feedback (ready replicas ≥ 1, or
+/// no replicas wanted).
+pub fn available(work: Option<&ManifestWork>, addon: &str) -> Verdict {
+    use addon_condition::reason;
+    let Some(work) = work else {
+        return (
+            "Unknown",
+            reason::WORK_NOT_FOUND,
+            "Addon manifestWork is not found".to_owned(),
+        );
+    };
+    match find(work, work_condition::AVAILABLE) {
+        None => {
+            return (
+                "Unknown",
+                reason::WORK_NOT_APPLIED,
+                "Addon manifestWork is not applied yet".to_owned(),
+            );
+        }
+        Some(c) if c.status == "False" => {
+            return ("False", reason::WORK_NOT_APPLIED, c.message.clone());
+        }
+        Some(_) => {}
+    }
+    let probes: Vec<(&str, &str)> = work
+        .spec
+        .manifest_configs
+        .iter()
+        .filter(|c| {
+            c.resource_identifier.group == "apps"
+                && c.resource_identifier.resource == "deployments"
+                && c.feedback_rules
+                    .iter()
+                    .any(|r| r.type_ == "WellKnownStatus")
+        })
+        .map(|c| {
+            (
+                c.resource_identifier.namespace.as_str(),
+                c.resource_identifier.name.as_str(),
+            )
+        })
+        .collect();
+    let results: Vec<(&str, &str, &StatusFeedbackResult)> = probes
+        .iter()
+        .filter_map(|(ns, name)| {
+            work.status
+                .as_ref()?
+                .resource_status
+                .manifests
+                .iter()
+                .find(|m| {
+                    m.resource_meta.group == "apps"
+                        && m.resource_meta.resource == "deployments"
+                        && m.resource_meta.namespace == *ns
+                        && m.resource_meta.name == *name
+                })
+                .map(|m| &m.status_feedbacks)
+                .filter(|f| !f.values.is_empty())
+                .map(|f| (*ns, *name, f))
+        })
+        .collect();
+    if !probes.is_empty() && results.is_empty() {
+        return (
+            "Unknown",
+            reason::NO_PROBE_RESULT,
+            "Probe results are not returned".to_owned(),
+        );
+    }
+    for (ns, name, feedback) in results {
+        if let Err(e) = deployment_available(ns, name, feedback) {
+            return (
+                "False",
+                reason::PROBE_UNAVAILABLE,
+                format!("Probe addon unavailable with err {e}"),
+            );
+        }
+    }
+    (
+        "True",
+        reason::PROBE_AVAILABLE,
+        format!("{addon} add-on is available."),
+    )
+}
+
+/// addon-framework `checkWorkloadAvailabilityHealth` for a Deployment.
+fn deployment_available(ns: &str, name: &str, f: &StatusFeedbackResult) -> Result<(), String> {
+    let value = |n: &str| {
+        f.values
+            .iter()
+            .find(|v| v.name == n)
+            .and_then(|v| v.value.integer)
+    };
+    let ready = value("ReadyReplicas").ok_or("readyReplica is not probed")?;
+    let desired = value("Replicas").ok_or("desiredNumberReplicas is not probed")?;
+    if desired == 0 || ready >= 1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "desiredNumberReplicas is {desired} but readyReplica is {ready} for deployments {ns}/{name}"
+        ))
+    }
+}
+
+/// Upstream's `workIsReady`: `Applied` and `Available` True for the work's current generation.
+pub fn work_ready(work: &ManifestWork) -> bool {
+    let current = |t: &str| {
+        find(work, t).is_some_and(|c| {
+            c.status == "True" && c.observed_generation == work.metadata.generation
+        })
+    };
+    current(work_condition::APPLIED) && current(work_condition::AVAILABLE)
+}
+
+/// The work agent failed to apply the current generation: the message of its `Applied`.
+pub fn work_failed(work: &ManifestWork) -> Option<String> {
+    find(work, work_condition::APPLIED)
+        .filter(|c| c.status == "False" && c.observed_generation == work.metadata.generation)
+        .map(|c| c.message.clone())
+}
+
+fn find<'a>(
+    work: &'a ManifestWork,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    work.status
+        .as_ref()
+        .and_then(|s| ocm_api::conditions::find(&s.conditions, type_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn work(status: serde_json::Value) -> ManifestWork {
+        serde_json::from_value(json!({
+            "apiVersion": "work.open-cluster-management.io/v1",
+            "kind": "ManifestWork",
+            "metadata": {"name": "addon-a-deploy-0", "namespace": "c1", "generation": 2},
+            "spec": {
+                "workload": {"manifests": []},
+                "manifestConfigs": [{
+                    "resourceIdentifier": {"group": "apps", "resource": "deployments", "namespace": "ns", "name": "a-agent"},
+                    "feedbackRules": [{"type": "WellKnownStatus"}]
+                }]
+            },
+            "status": status
+        }))
+        .expect("a work")
+    }
+
+    fn cond(t: &str, s: &str, generation: i64) -> serde_json::Value {
+        json!({"type": t, "status": s, "reason": "R", "message": format!("{t} is {s}"),
+               "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": generation})
+    }
+
+    fn feedback(ready: i64, replicas: i64) -> serde_json::Value {
+        json!({"manifests": [{
+            "resourceMeta": {"ordinal": 5, "group": "apps", "version": "v1", "kind": "Deployment",
+                             "resource": "deployments", "namespace": "ns", "name": "a-agent"},
+            "statusFeedback": {"values": [
+                {"name": "ReadyReplicas", "fieldValue": {"type": "Integer", "integer": ready}},
+                {"name": "Replicas", "fieldValue": {"type": "Integer", "integer": replicas}}
+            ]},
+            "conditions": []
+        }]})
+    }
+
+    #[test]
+    fn available_follows_the_work_then_the_deployment_feedback() {
+        let applied = cond("Applied", "True", 2);
+        let cases = [
+            ("no status", json!({}), "Unknown", "WorkNotApplied"),
+            (
+                "work unavailable",
+                json!({"conditions": [applied.clone(), cond("Available", "False", 2)]}),
+                "False",
+                "WorkNotApplied",
+            ),
+            (
+                "no feedback yet",
+                json!({"conditions": [applied.clone(), cond("Available", "True", 2)]}),
+                "Unknown",
+                "NoProbeResult",
+            ),
+            (
+                "no ready replica",
+                json!({"conditions": [applied.clone(), cond("Available", "True", 2)],
+                       "resourceStatus": feedback(0, 1)}),
+                "False",
+                "ProbeUnavailable",
+            ),
+            (
+                "one ready replica",
+                json!({"conditions": [applied.clone(), cond("Available", "True", 2)],
+                       "resourceStatus": feedback(1, 1)}),
+                "True",
+                "ProbeAvailable",
+            ),
+            (
+                "scaled to zero",
+                json!({"conditions": [applied.clone(), cond("Available", "True", 2)],
+                       "resourceStatus": feedback(0, 0)}),
+                "True",
+                "ProbeAvailable",
+            ),
+        ];
+        for (name, status, want_status, want_reason) in cases {
+            let w = work(status);
+            let (s, r, _) = available(Some(&w), "a");
+            assert_eq!((s, r), (want_status, want_reason), "{name}");
+        }
+        assert_eq!(available(None, "a").1, "WorkNotFound");
+        let w = work(
+            json!({"conditions": [applied, cond("Available", "True", 2)],
+                             "resourceStatus": feedback(0, 2)}),
+        );
+        assert_eq!(
+            available(Some(&w), "a").2,
+            "Probe addon unavailable with err desiredNumberReplicas is 2 but readyReplica is 0 for deployments ns/a-agent"
+        );
+    }
+
+    #[test]
+    fn readiness_needs_the_current_generation() {
+        let cases = [
+            (
+                vec![cond("Applied", "True", 2), cond("Available", "True", 2)],
+                true,
+                None,
+            ),
+            (
+                vec![cond("Applied", "True", 1), cond("Available", "True", 1)],
+                false,
+                None,
+            ),
+            (vec![cond("Applied", "True", 2)], false, None),
+            (
+                vec![cond("Applied", "False", 2), cond("Available", "True", 2)],
+                false,
+                Some("Applied is False".to_owned()),
+            ),
+            (vec![cond("Applied", "False", 1)], false, None),
+        ];
+        for (conds, ready, failed) in cases {
+            let w = work(json!({ "conditions": conds }));
+            assert_eq!(work_ready(&w), ready, "{conds:?}");
+            assert_eq!(work_failed(&w), failed, "{conds:?}");
+        }
+        let w = work(json!({"conditions": [cond("Applied", "False", 2)]}));
+        assert_eq!(manifest_applied(&w).map(|v| v.0), Some("False"));
+        assert_eq!(manifest_applied(&work(json!({}))), None);
+    }
+}

@@ -1,0 +1,424 @@
+//! Registration of the add-on agent (addon-framework `registration` and `certificate`
+//! controllers): the default subject, `status.registrations`, the agent's hub permission in
+//! its cluster namespace, and which CertificateSigningRequests are this add-on's to approve.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use ocm_api::addon::v1alpha1::{RegistrationConfig, Subject};
+use ocm_api::wellknown::label;
+use score_provider::manifests;
+use thiserror::Error;
+
+/// The signer of hub client certificates (OCM's `kubeClient` registration).
+pub const KUBE_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
+
+/// addon-framework `agent.DefaultUser`.
+pub fn default_user(cluster: &str, addon: &str, agent: &str) -> String {
+    format!("system:open-cluster-management:cluster:{cluster}:addon:{addon}:agent:{agent}")
+}
+
+/// addon-framework `agent.DefaultGroups`: the cluster's add-on group, then the add-on's.
+pub fn default_groups(cluster: &str, addon: &str) -> [String; 2] {
+    [
+        format!("system:open-cluster-management:cluster:{cluster}:addon:{addon}"),
+        format!("system:open-cluster-management:addon:{addon}"),
+    ]
+}
+
+/// The group the klusterlet's registration agent of `cluster` is in on the hub: only it may
+/// ask for its add-ons' certificates.
+pub fn cluster_group(cluster: &str) -> String {
+    format!("system:open-cluster-management:{cluster}")
+}
+
+/// `status.registrations` of the add-on on `cluster` (v1alpha1 shape: signer + subject).
+pub fn registrations(cluster: &str, addon: &str, agent: &str) -> Vec<RegistrationConfig> {
+    vec![RegistrationConfig {
+        signer_name: KUBE_CLIENT_SIGNER.to_owned(),
+        subject: Subject {
+            user: default_user(cluster, addon, agent),
+            groups: default_groups(cluster, addon).to_vec(),
+            organization_units: Vec::new(),
+        },
+    }]
+}
+
+#[derive(Debug, Error)]
+pub enum PermissionError {
+    #[error("rendering the hub permission: {0}")]
+    Render(#[from] manifests::RenderError),
+    #[error("the hub permission manifests are not a Role and a RoleBinding: {0}")]
+    Shape(#[from] serde_json::Error),
+}
+
+/// The agent's hub permission in its cluster namespace (`addon-manifests/hub/`): a Role on
+/// `addonplacementscores` and its status, bound to the registration subject; labelled with the
+/// add-on name (what the manager watches) and owned by the ManagedClusterAddOn.
+pub fn hub_permission(
+    cluster: &str,
+    addon: &str,
+    agent: &str,
+    owner: OwnerReference,
+) -> Result<(Role, RoleBinding), PermissionError> {
+    let values: BTreeMap<&str, String> = [
+        ("ADDON_NAME", addon.to_owned()),
+        ("CLUSTER_NAME", cluster.to_owned()),
+        ("AGENT_USER", default_user(cluster, addon, agent)),
+        ("AGENT_GROUP", default_groups(cluster, addon)[0].clone()),
+    ]
+    .into_iter()
+    .collect();
+    let mut objects = manifests::render(&manifests::HUB, &values)?.into_iter();
+    let mut role: Role = serde_json::from_value(objects.next().unwrap_or_default())?;
+    let mut binding: RoleBinding = serde_json::from_value(objects.next().unwrap_or_default())?;
+    for meta in [&mut role.metadata, &mut binding.metadata] {
+        meta.labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(label::ADDON_NAME.to_owned(), addon.to_owned());
+        meta.owner_references = Some(vec![owner.clone()]);
+    }
+    Ok((role, binding))
+}
+
+/// Whether the observed Role grants exactly what `desired` does (the fields the manager owns).
+pub fn role_matches(observed: &Role, desired: &Role) -> bool {
+    observed.rules == desired.rules && owned_meta_matches(&observed.metadata, &desired.metadata)
+}
+
+/// Whether the observed RoleBinding binds exactly what `desired` does.
+pub fn binding_matches(observed: &RoleBinding, desired: &RoleBinding) -> bool {
+    observed.role_ref == desired.role_ref
+        && observed.subjects == desired.subjects
+        && owned_meta_matches(&observed.metadata, &desired.metadata)
+}
+
+fn owned_meta_matches(
+    observed: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    desired: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    let labels_ok = desired.labels.iter().flatten().all(|(k, v)| {
+        observed
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(k))
+            .is_some_and(|o| o == v)
+    });
+    labels_ok && observed.owner_references == desired.owner_references
+}
+
+/// Why a CSR is not approved (for the debug log; every other CSR is left alone).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CsrRefusal {
+    #[error("already approved or denied")]
+    Decided,
+    #[error("not labelled for this add-on")]
+    Labels,
+    #[error("signer {0} is not {KUBE_CLIENT_SIGNER}")]
+    Signer(String),
+    #[error("cluster {0} has no ManagedClusterAddOn of this add-on")]
+    NoAddOn(String),
+    #[error("requested by {0}, not by cluster {1}'s registration agent")]
+    Requester(String, String),
+    #[error("the request is not a PEM certificate request: {0}")]
+    Unparsable(String),
+    #[error("common name {0:?} is not the add-on agent's user")]
+    CommonName(String),
+    #[error("organizations {0:?} are not exactly the add-on agent's groups")]
+    Groups(Vec<String>),
+}
+
+/// Whether `csr` is this add-on's agent certificate request for a cluster that has the
+/// add-on, asked by that cluster's registration agent, with exactly the default subject:
+/// common name = the default user, organizations = the two default groups, signer
+/// `kubernetes.io/kube-apiserver-client`, labels cluster-name and addon-name. Stricter than
+/// addon-framework's `DefaultCSRApprover`, which also takes a third organization and does not
+/// look at who asked: here cluster A's agent cannot obtain cluster B's add-on identity.
+pub fn check_csr(
+    csr: &CertificateSigningRequest,
+    addon: &str,
+    agent: &str,
+    has_addon: impl Fn(&str) -> bool,
+) -> Result<(), CsrRefusal> {
+    let decided = csr
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Approved" || c.type_ == "Denied" || c.type_ == "Failed")
+        });
+    if decided {
+        return Err(CsrRefusal::Decided);
+    }
+    let labels = csr.metadata.labels.as_ref();
+    let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    let (Some(cluster), Some(a)) = (get(label::CLUSTER_NAME), get(label::ADDON_NAME)) else {
+        return Err(CsrRefusal::Labels);
+    };
+    if a != addon || cluster.is_empty() {
+        return Err(CsrRefusal::Labels);
+    }
+    if csr.spec.signer_name != KUBE_CLIENT_SIGNER {
+        return Err(CsrRefusal::Signer(csr.spec.signer_name.clone()));
+    }
+    if !has_addon(cluster) {
+        return Err(CsrRefusal::NoAddOn(cluster.to_owned()));
+    }
+    let group = cluster_group(cluster);
+    if !csr.spec.groups.iter().flatten().any(|g| *g == group) {
+        return Err(CsrRefusal::Requester(
+            csr.spec.username.clone().unwrap_or_default(),
+            cluster.to_owned(),
+        ));
+    }
+    let (cn, orgs) = subject_of(&csr.spec.request.0)?;
+    if cn != default_user(cluster, addon, agent) {
+        return Err(CsrRefusal::CommonName(cn));
+    }
+    let want: BTreeSet<String> = default_groups(cluster, addon).into_iter().collect();
+    let got: BTreeSet<String> = orgs.iter().cloned().collect();
+    if got != want || orgs.len() != want.len() {
+        return Err(CsrRefusal::Groups(orgs));
+    }
+    Ok(())
+}
+
+/// Common name and organizations of a PEM PKCS#10 request.
+fn subject_of(pem: &[u8]) -> Result<(String, Vec<String>), CsrRefusal> {
+    use x509_parser::prelude::FromDer;
+    let unparsable = |e: String| CsrRefusal::Unparsable(e);
+    let (_, block) =
+        x509_parser::pem::parse_x509_pem(pem).map_err(|e| unparsable(e.to_string()))?;
+    if block.label != "CERTIFICATE REQUEST" {
+        return Err(unparsable(format!("PEM block {:?}", block.label)));
+    }
+    let (_, req) =
+        x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
+            .map_err(|e| unparsable(e.to_string()))?;
+    let subject = &req.certification_request_info.subject;
+    let text = |a: &x509_parser::x509::AttributeTypeAndValue<'_>| {
+        a.as_str()
+            .map(str::to_owned)
+            .map_err(|e| unparsable(e.to_string()))
+    };
+    let cns = subject
+        .iter_common_name()
+        .map(text)
+        .collect::<Result<Vec<_>, _>>()?;
+    let orgs = subject
+        .iter_organization()
+        .map(text)
+        .collect::<Result<Vec<_>, _>>()?;
+    match cns.as_slice() {
+        [cn] => Ok((cn.clone(), orgs)),
+        _ => Err(CsrRefusal::CommonName(cns.join(","))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequestCondition, CertificateSigningRequestSpec,
+        CertificateSigningRequestStatus,
+    };
+
+    const ADDON: &str = "resource-usage-collect";
+    const AGENT: &str = "resource-usage-collect-agent";
+
+    fn request(cn: &str, orgs: &[&str]) -> Vec<u8> {
+        let (pem, _key) = testenv::certificate_request(cn, orgs).expect("a request");
+        pem.into_bytes()
+    }
+
+    fn csr(cluster: &str, cn: &str, orgs: &[&str]) -> CertificateSigningRequest {
+        let mut c = CertificateSigningRequest::default();
+        c.metadata.name = Some("addon-csr".into());
+        c.metadata.labels = Some(
+            [
+                (label::CLUSTER_NAME.to_owned(), cluster.to_owned()),
+                (label::ADDON_NAME.to_owned(), ADDON.to_owned()),
+            ]
+            .into(),
+        );
+        c.spec = CertificateSigningRequestSpec {
+            request: ByteString(request(cn, orgs)),
+            signer_name: KUBE_CLIENT_SIGNER.into(),
+            username: Some(format!("system:open-cluster-management:{cluster}:agent1")),
+            groups: Some(vec![
+                cluster_group(cluster),
+                "system:open-cluster-management:managed-clusters".into(),
+            ]),
+            ..Default::default()
+        };
+        c
+    }
+
+    fn good(cluster: &str) -> CertificateSigningRequest {
+        let g = default_groups(cluster, ADDON);
+        csr(
+            cluster,
+            &default_user(cluster, ADDON, AGENT),
+            &[&g[0], &g[1]],
+        )
+    }
+
+    fn check(c: &CertificateSigningRequest) -> Result<(), CsrRefusal> {
+        check_csr(c, ADDON, AGENT, |cl| cl == "c1" || cl == "c2")
+    }
+
+    #[test]
+    fn default_subject_is_upstreams() {
+        assert_eq!(
+            default_user("c1", "a", "a-agent"),
+            "system:open-cluster-management:cluster:c1:addon:a:agent:a-agent"
+        );
+        assert_eq!(
+            default_groups("c1", "a"),
+            [
+                "system:open-cluster-management:cluster:c1:addon:a".to_owned(),
+                "system:open-cluster-management:addon:a".to_owned()
+            ]
+        );
+        let r = registrations("c1", "a", "a-agent");
+        assert_eq!(r[0].signer_name, KUBE_CLIENT_SIGNER);
+        assert_eq!(r[0].subject.groups.len(), 2);
+    }
+
+    #[test]
+    fn csr_approval_takes_exactly_the_default_subject() {
+        let g = default_groups("c1", ADDON);
+        let user = default_user("c1", ADDON, AGENT);
+        let other_user = default_user("c2", ADDON, AGENT);
+        let mut wrong_signer = good("c1");
+        wrong_signer.spec.signer_name = "example.com/signer".into();
+        let mut approved = good("c1");
+        approved.status = Some(CertificateSigningRequestStatus {
+            conditions: Some(vec![CertificateSigningRequestCondition {
+                type_: "Approved".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let mut other_addon = good("c1");
+        other_addon
+            .metadata
+            .labels
+            .as_mut()
+            .map(|l| l.insert(label::ADDON_NAME.into(), "other".into()));
+        let mut no_labels = good("c1");
+        no_labels.metadata.labels = None;
+        let mut other_requester = good("c1");
+        other_requester.spec.groups = Some(vec![cluster_group("c2")]);
+        let mut garbage = good("c1");
+        garbage.spec.request = ByteString(b"not a csr".to_vec());
+        let cases: Vec<(&str, CertificateSigningRequest, Result<(), CsrRefusal>)> = vec![
+            ("the default subject", good("c1"), Ok(())),
+            (
+                "org order does not matter",
+                csr("c1", &user, &[&g[1], &g[0]]),
+                Ok(()),
+            ),
+            (
+                "an extra group",
+                csr("c1", &user, &[&g[0], &g[1], "system:masters"]),
+                Err(CsrRefusal::Groups(vec![
+                    g[0].clone(),
+                    g[1].clone(),
+                    "system:masters".into(),
+                ])),
+            ),
+            (
+                "a missing group",
+                csr("c1", &user, &[&g[0]]),
+                Err(CsrRefusal::Groups(vec![g[0].clone()])),
+            ),
+            (
+                "a repeated group",
+                csr("c1", &user, &[&g[0], &g[1], &g[1]]),
+                Err(CsrRefusal::Groups(vec![
+                    g[0].clone(),
+                    g[1].clone(),
+                    g[1].clone(),
+                ])),
+            ),
+            (
+                "another cluster's user",
+                csr("c1", &other_user, &[&g[0], &g[1]]),
+                Err(CsrRefusal::CommonName(other_user.clone())),
+            ),
+            (
+                "a cluster without the add-on",
+                good("c3"),
+                Err(CsrRefusal::NoAddOn("c3".into())),
+            ),
+            (
+                "another signer",
+                wrong_signer,
+                Err(CsrRefusal::Signer("example.com/signer".into())),
+            ),
+            ("already approved", approved, Err(CsrRefusal::Decided)),
+            ("another add-on", other_addon, Err(CsrRefusal::Labels)),
+            ("no labels", no_labels, Err(CsrRefusal::Labels)),
+            (
+                "asked by another cluster",
+                other_requester,
+                Err(CsrRefusal::Requester(
+                    "system:open-cluster-management:c1:agent1".into(),
+                    "c1".into(),
+                )),
+            ),
+        ];
+        for (name, c, want) in cases {
+            assert_eq!(check(&c), want, "{name}");
+        }
+        assert!(matches!(check(&garbage), Err(CsrRefusal::Unparsable(_))));
+    }
+
+    #[test]
+    fn hub_permission_is_scores_only_in_the_cluster_namespace() {
+        let owner = OwnerReference {
+            api_version: "addon.open-cluster-management.io/v1alpha1".into(),
+            kind: "ManagedClusterAddOn".into(),
+            name: ADDON.into(),
+            uid: "u1".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        let (role, binding) = hub_permission("c1", ADDON, AGENT, owner).expect("renders");
+        assert_eq!(role.metadata.namespace.as_deref(), Some("c1"));
+        let resources: Vec<&str> = role
+            .rules
+            .iter()
+            .flatten()
+            .flat_map(|r| r.resources.iter().flatten())
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            resources,
+            ["addonplacementscores", "addonplacementscores/status"]
+        );
+        let subjects: Vec<(&str, &str)> = binding
+            .subjects
+            .iter()
+            .flatten()
+            .map(|s| (s.kind.as_str(), s.name.as_str()))
+            .collect();
+        let user = default_user("c1", ADDON, AGENT);
+        let group = default_groups("c1", ADDON)[0].clone();
+        assert_eq!(
+            subjects,
+            [("User", user.as_str()), ("Group", group.as_str())]
+        );
+        assert!(role_matches(&role, &role));
+        let mut changed = role.clone();
+        changed.rules = None;
+        assert!(!role_matches(&changed, &role));
+        assert!(binding_matches(&binding, &binding));
+    }
+}
