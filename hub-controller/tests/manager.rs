@@ -20,7 +20,7 @@ use ocm_api::addon::v1alpha1::{
 };
 use ocm_api::cluster::v1beta1::PlacementDecision;
 use ocm_api::work::v1::ManifestWork;
-use ocm_api::{AddOnPlacementScore, AddOnPlacementScoreStatus};
+use ocm_api::{AddOnPlacementScore, AddOnPlacementScoreStatus, ManagedCluster};
 use resource_usage_hub::manager::controller::{self, AlwaysLeader, Handle, Options};
 use resource_usage_hub::manager::plan::{HealthMode, RENDERING_HASH, Settings};
 use resource_usage_hub::manager::registration::{default_groups, default_user};
@@ -35,6 +35,22 @@ const AGENT_NS: &str = "open-cluster-management-agent-addon";
 /// A manager running in this test's runtime; stopped on drop.
 struct Manager {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    registry: Arc<prometheus_client::registry::Registry>,
+}
+
+impl Manager {
+    /// The sum of a counter family's samples in the manager's /metrics text.
+    fn counter(&self, name: &str) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("encode");
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
 }
 
 impl Drop for Manager {
@@ -73,11 +89,31 @@ fn start(cp: &ControlPlane, settings: Settings) -> Manager {
     tokio::spawn(controller::run(client, handle, options, async {
         let _ = rx.await;
     }));
-    Manager { stop: Some(tx) }
+    Manager {
+        stop: Some(tx),
+        registry: Arc::new(registry),
+    }
 }
 
 async fn namespace(client: &Client, prefix: &str) -> String {
     testenv::namespace(client, prefix).await.expect("namespace")
+}
+
+/// A managed cluster the hub accepts, with its namespace.
+async fn cluster(client: &Client, prefix: &str) -> String {
+    let name = namespace(client, prefix).await;
+    let c: ManagedCluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1",
+        "kind": "ManagedCluster",
+        "metadata": {"name": name},
+        "spec": {"hubAcceptsClient": true}
+    }))
+    .expect("a cluster");
+    Api::<ManagedCluster>::all(client.clone())
+        .create(&PostParams::default(), &c)
+        .await
+        .expect("create cluster");
+    name
 }
 
 async fn create_cma(client: &Client, addon: &str, strategy: Value) {
@@ -240,12 +276,53 @@ async fn report_work(client: &Client, cluster: &str, addon: &str, applied: bool)
                         {"name": "ReadyReplicas", "fieldValue": {"type": "Integer", "integer": 1}},
                         {"name": "Replicas", "fieldValue": {"type": "Integer", "integer": 1}}
                     ]},
-                    "conditions": []
+                    // The work's CEL rule on the Deployment, as the work agent evaluates it.
+                    "conditions": [cond("RolledOut", applied_status)]
                 }]}
             }})),
         )
         .await
         .expect("work status");
+}
+
+/// A work spec without the rollout stamp (the rendering hash on the Deployment and in its
+/// RolledOut rule), which depends on the cluster's name; checked against `hash`.
+fn unstamped(mut spec: Value, hash: &str) -> Value {
+    for m in spec["workload"]["manifests"]
+        .as_array_mut()
+        .expect("manifests")
+    {
+        if let Some(a) = m
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            assert_eq!(a.remove(RENDERING_HASH), Some(json!(hash)));
+            if a.is_empty()
+                && let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut)
+            {
+                meta.remove("annotations");
+            }
+        }
+    }
+    for c in spec["manifestConfigs"].as_array_mut().expect("configs") {
+        if let Some(c) = c.as_object_mut()
+            && let Some(rules) = c.remove("conditionRules")
+        {
+            assert!(
+                rules.to_string().contains(hash),
+                "the RolledOut rule names the hash"
+            );
+        }
+    }
+    spec
+}
+
+/// The rendering hash a golden file was stamped with.
+fn golden_hash(spec: &Value) -> String {
+    spec["workload"]["manifests"][5]["metadata"]["annotations"][RENDERING_HASH]
+        .as_str()
+        .expect("golden hash")
+        .to_owned()
 }
 
 /// The golden work spec for `cluster` (the files name `cluster1` / `cluster2`).
@@ -266,7 +343,7 @@ async fn installs_through_placements_and_follows_configs() {
     let pns = namespace(&client, "placements").await;
     let mut clusters = Vec::new();
     for _ in 0..3 {
-        clusters.push(namespace(&client, "cluster").await);
+        clusters.push(cluster(&client, "cluster").await);
     }
     let c: Vec<&str> = clusters.iter().map(String::as_str).collect();
     create_cma(
@@ -319,9 +396,11 @@ async fn installs_through_placements_and_follows_configs() {
 
         let w = eventually("the work", DEADLINE, || work(&client, cl, addon)).await;
         let spec = serde_json::to_value(&w.spec).expect("spec");
+        let want = golden("work-default.json", "cluster1", cl);
+        let want_hash = golden_hash(&want);
         assert_eq!(
-            spec,
-            golden("work-default.json", "cluster1", cl),
+            unstamped(spec, &rendering_hash(&w)),
+            unstamped(want, &want_hash),
             "work of {cl}"
         );
         assert_eq!(
@@ -399,7 +478,12 @@ async fn installs_through_placements_and_follows_configs() {
         .expect("configure");
     let tuned = eventually("the configured work", DEADLINE, || async {
         work(&client, c[1], addon).await.filter(|w| {
-            serde_json::to_value(&w.spec).ok() == Some(golden("work-adc.json", "cluster2", c[1]))
+            let want = golden("work-adc.json", "cluster2", c[1]);
+            let want_hash = golden_hash(&want);
+            serde_json::to_value(&w.spec)
+                .ok()
+                .map(|s| unstamped(s, &rendering_hash(w)))
+                == Some(unstamped(want, &want_hash))
         })
     })
     .await;
@@ -449,6 +533,21 @@ async fn installs_through_placements_and_follows_configs() {
     );
     let after = work(&client, c[0], addon).await.expect("work");
     assert_eq!(after.resource_version(), before.resource_version());
+
+    // Converged: a pass over the unchanged hub writes nothing (what the server defaults or
+    // prunes compares equal to what the manager wrote).
+    let settled = eventually("the manager settles", DEADLINE, || async {
+        let writes = _m.counter("addon_manager_writes_total");
+        let passes = _m.counter("addon_manager_passes_total");
+        create_adc(&client, &pns, &format!("unrelated-{passes}"), json!({})).await;
+        eventually("a pass", DEADLINE, || async {
+            (_m.counter("addon_manager_passes_total") > passes).then_some(())
+        })
+        .await;
+        (_m.counter("addon_manager_writes_total") == writes).then_some(writes)
+    })
+    .await;
+    assert!(settled > 0);
 }
 
 /// The klusterlet's registration agent of `cluster` on the hub.
@@ -532,8 +631,8 @@ async fn approves_only_the_agents_exact_csr_and_the_identity_writes_only_its_sco
     let cp = testenv::shared().await;
     let client = cp.client().expect("client");
     let addon = "csr-addon";
-    let c1 = namespace(&client, "csr-cluster").await;
-    let c2 = namespace(&client, "csr-cluster").await;
+    let c1 = cluster(&client, "csr-cluster").await;
+    let c2 = cluster(&client, "csr-cluster").await;
     create_cma(&client, addon, json!({"type": "Manual"})).await;
     create_mca(&client, &c1, addon).await;
     create_mca(&client, &c2, addon).await;
@@ -650,7 +749,7 @@ async fn rolls_out_group_by_group_and_stops_at_a_failing_mandatory_group() {
     let pns = namespace(&client, "rollout").await;
     let mut clusters = Vec::new();
     for _ in 0..3 {
-        clusters.push(namespace(&client, "rollout-cluster").await);
+        clusters.push(cluster(&client, "rollout-cluster").await);
     }
     let c: Vec<&str> = clusters.iter().map(String::as_str).collect();
     create_adc(
@@ -888,7 +987,7 @@ async fn the_works_manifests_run_the_agent_that_scores_on_the_hub() {
     let hub = hub_cp.client().expect("hub client");
     let spoke = spoke_cp.client().expect("managed client");
     let addon = "loop-addon";
-    let cluster = namespace(&hub, "loop-cluster").await;
+    let cluster = cluster(&hub, "loop-cluster").await;
     create_cma(&hub, addon, json!({"type": "Manual"})).await;
     create_mca(&hub, &cluster, addon).await;
     let _m = start(hub_cp, settings(addon));
@@ -1069,8 +1168,9 @@ fn token_kubeconfig(cp: &ControlPlane, dir: &Path, token: &str) -> String {
 }
 
 /// The manager's RBAC (`hub-controller/rbac/manager.yaml`) for `sa` in `ns`, applied.
-async fn apply_manager_rbac(client: &Client, ns: &str, sa: &str) {
+async fn apply_manager_rbac(client: &Client, addon: &str, ns: &str, sa: &str) {
     let text = include_str!("../rbac/manager.yaml")
+        .replace("{{ADDON}}", addon)
         .replace("{{NAMESPACE}}", ns)
         .replace("{{SUBJECT}}", sa);
     for doc in text.split("\n---\n") {
@@ -1125,7 +1225,7 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
     let addon = "binary-addon";
     let system = namespace(&admin, "manager-system").await;
     let sa = "resource-usage-hub";
-    apply_manager_rbac(&admin, &system, sa).await;
+    apply_manager_rbac(&admin, addon, &system, sa).await;
     let user = format!("system:serviceaccount:{system}:{sa}");
     let groups = [
         "system:serviceaccounts".to_owned(),
@@ -1177,7 +1277,7 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
             .map(String::as_str),
         Some("self")
     );
-    let c1 = namespace(&admin, "binary-cluster").await;
+    let c1 = cluster(&admin, "binary-cluster").await;
     create_mca(&admin, &c1, addon).await;
     eventually(
         "the work, written with the manager's own permission",
@@ -1242,13 +1342,17 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
     let leader = usize::from(counts.1 > 0);
     let standby = 1 - leader;
     procs[leader] = None;
-    let c2 = namespace(&admin, "binary-cluster").await;
+    let c2 = cluster(&admin, "binary-cluster").await;
     create_mca(&admin, &c2, addon).await;
     eventually("the standby takes over", DEADLINE, || {
         work(&admin, &c2, addon)
     })
     .await;
-    assert!(passes(&get(ports[standby], "/metrics").await.expect("metrics").1) > 0);
+    // (A pass counts once its writes are done.)
+    eventually("the new leader counts its pass", DEADLINE, || async {
+        (passes(&get(ports[standby], "/metrics").await?.1) > 0).then_some(())
+    })
+    .await;
     drop(procs);
 
     // What the manager's identity may not do.
@@ -1272,6 +1376,31 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
                 .map(drop)
         ),
         "deleting the ClusterManagementAddOn"
+    );
+    // Writes to existing objects only under the add-on's own names.
+    let other_role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "not-the-agents", "namespace": c1}, "rules": []});
+    assert!(
+        forbidden(
+            Api::<Role>::namespaced(as_manager.clone(), &c1)
+                .patch(
+                    "not-the-agents",
+                    &PatchParams::apply("resource-usage-hub").force(),
+                    &Patch::Apply(&other_role)
+                )
+                .await
+                .map(drop)
+        ),
+        "another Role"
+    );
+    assert!(
+        forbidden(
+            Api::<ManifestWork>::namespaced(as_manager.clone(), &c1)
+                .delete("someone-elses-work", &Default::default())
+                .await
+                .map(drop)
+        ),
+        "another work"
     );
     assert!(
         forbidden(

@@ -19,10 +19,11 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
+use ocm_api::ManagedCluster;
 use ocm_api::addon::v1alpha1::{
     AddOnDeploymentConfig, AddOnDeploymentConfigSpec, ClusterManagementAddOn, ManagedClusterAddOn,
 };
-use ocm_api::cluster::v1beta1::PlacementDecision;
+use ocm_api::cluster::v1beta1::{Placement, PlacementDecision};
 use ocm_api::wellknown::label;
 use ocm_api::work::v1::ManifestWork;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -137,7 +138,7 @@ pub struct Handle {
 }
 
 /// The number of watches; ready when each has listed once.
-const WATCHES: usize = 8;
+const WATCHES: usize = 10;
 
 impl Handle {
     pub fn new(registry: &mut prometheus_client::registry::Registry) -> Self {
@@ -157,6 +158,8 @@ struct Stores {
     cma: Store<ClusterManagementAddOn>,
     mcas: Store<ManagedClusterAddOn>,
     decisions: Store<PlacementDecision>,
+    placements: Store<Placement>,
+    clusters: Store<ManagedCluster>,
     configs: Store<DynamicObject>,
     works: Store<ManifestWork>,
     roles: Store<Role>,
@@ -200,6 +203,18 @@ pub async fn run(
             watcher::Config::default(),
             "PlacementDecision",
         ),
+        placements: ctx.watch(
+            &mut tasks,
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            "Placement",
+        ),
+        clusters: ctx.watch(
+            &mut tasks,
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            "ManagedCluster",
+        ),
         configs: {
             let ar = ApiResource::erase::<AddOnDeploymentConfig>(&());
             let writer = reflector::store::Writer::new(ar.clone());
@@ -241,6 +256,7 @@ pub async fn run(
     tracing::info!(addon = %settings.addon, image = %settings.template.image, "add-on manager starting");
 
     let mut errors: BTreeMap<(String, Step), String> = BTreeMap::new();
+    let mut renders = plan::Renders::default();
     let mut failures: u32 = 0;
     let mut next = options.resync;
     tokio::pin!(shutdown);
@@ -263,18 +279,30 @@ pub async fn run(
         let started = std::time::Instant::now();
         let snap = snapshot(&stores, settings, &errors);
         handle.metrics.addons.set(snap.mcas.len() as i64);
-        let planned = plan::plan(settings, &snap);
+        let planned = plan::plan_with(settings, &snap, &mut renders);
         for w in &planned.warnings {
             tracing::warn!("{w}");
         }
+        // A failure is reported until the write succeeds or is no longer needed.
+        let before = errors.len();
+        errors.retain(|(c, s), _| {
+            planned
+                .actions
+                .iter()
+                .any(|a| a.cluster() == Some(c.as_str()) && step_of(a) == Some(*s))
+        });
+        if errors.len() != before {
+            // Their conditions change on the next pass; make sure there is one.
+            next = options.debounce;
+        }
         let mut failed = false;
         for action in planned.actions {
+            if !options.leader.is_leader() {
+                // Lost the lease mid-pass: the new leader plans again from its own view.
+                break;
+            }
             let kind = action.kind();
-            let step = match &action {
-                Action::ApplyRole(_) | Action::ApplyRoleBinding(_) => Some(Step::Permission),
-                Action::ApplyWork(_) => Some(Step::Work),
-                _ => None,
-            };
+            let step = step_of(&action);
             let cluster = action.cluster().map(str::to_owned);
             let labels = ActionLabels {
                 action: kind.to_owned(),
@@ -314,6 +342,15 @@ pub async fn run(
     }
     tracing::info!("add-on manager stopping");
     tasks.shutdown().await;
+}
+
+/// The step whose failure a write reports.
+fn step_of(action: &Action) -> Option<Step> {
+    match action {
+        Action::ApplyRole(_) | Action::ApplyRoleBinding(_) => Some(Step::Permission),
+        Action::ApplyWork(_) => Some(Step::Work),
+        _ => None,
+    }
 }
 
 #[derive(Clone)]
@@ -431,6 +468,18 @@ fn snapshot(
             .find(|c| c.metadata.name.as_deref() == Some(settings.addon.as_str())),
         mcas: by_namespace(&stores.mcas, &settings.addon),
         decisions: stores.decisions.state(),
+        clusters: stores
+            .clusters
+            .state()
+            .into_iter()
+            .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+            .collect(),
+        placements: stores
+            .placements
+            .state()
+            .into_iter()
+            .filter_map(|p| Some(((p.metadata.namespace.clone()?, p.metadata.name.clone()?), p)))
+            .collect(),
         configs,
         works: by_namespace(&stores.works, &settings.work_name()),
         roles: by_namespace(&stores.roles, &permission),
@@ -477,12 +526,18 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
                 .await
                 .map(drop)
         }
-        Action::PatchCmaStatus(progressions) => ignore_gone(
+        Action::PatchCmaStatus {
+            install_progressions,
+            default_config_references,
+        } => ignore_gone(
             Api::<ClusterManagementAddOn>::all(client.clone())
                 .patch_status(
                     &settings.addon,
                     &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"installProgressions": progressions}})),
+                    &Patch::Merge(json!({"status": {
+                        "installProgressions": install_progressions,
+                        "defaultconfigReferences": default_config_references,
+                    }})),
                 )
                 .await
                 .map(drop),
@@ -568,7 +623,10 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
                 .await
                 .map(drop),
         ),
-        Action::ApproveCsr { name } => {
+        Action::ApproveCsr {
+            name,
+            resource_version,
+        } => {
             let condition = CertificateSigningRequestCondition {
                 type_: "Approved".into(),
                 status: "True".into(),
@@ -582,7 +640,10 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
                     .patch_approval(
                         &name,
                         &PatchParams::default(),
-                        &Patch::Merge(json!({"status": {"conditions": [condition]}})),
+                        &Patch::Merge(json!({
+                            "metadata": {"resourceVersion": resource_version},
+                            "status": {"conditions": [condition]},
+                        })),
                     )
                     .await
                     .map(drop),

@@ -5,6 +5,8 @@
 use ocm_api::wellknown::{addon_condition, work_condition};
 use ocm_api::work::v1::{ManifestWork, StatusFeedbackResult};
 
+use super::render::ROLLED_OUT;
+
 /// `(status, reason, message)` of a condition.
 pub type Verdict = (&'static str, &'static str, String);
 
@@ -139,6 +141,34 @@ pub fn work_ready(work: &ManifestWork) -> bool {
         })
     };
     current(work_condition::APPLIED) && current(work_condition::AVAILABLE)
+}
+
+/// Every Deployment of the work reports [`ROLLED_OUT`] True for the work's current generation
+/// (the rule's condition carries the generation it was evaluated for).
+pub fn rolled_out(work: &ManifestWork) -> bool {
+    let deployments = work
+        .spec
+        .manifest_configs
+        .iter()
+        .filter(|c| c.resource_identifier.resource == "deployments")
+        .filter(|c| c.condition_rules.iter().any(|r| r.condition == ROLLED_OUT))
+        .map(|c| &c.resource_identifier);
+    let manifests = work
+        .status
+        .as_ref()
+        .map(|s| s.resource_status.manifests.as_slice())
+        .unwrap_or_default();
+    deployments.into_iter().all(|id| {
+        manifests.iter().any(|m| {
+            m.resource_meta.group == id.group
+                && m.resource_meta.resource == id.resource
+                && m.resource_meta.namespace == id.namespace
+                && m.resource_meta.name == id.name
+                && ocm_api::conditions::find(&m.conditions, ROLLED_OUT).is_some_and(|c| {
+                    c.status == "True" && c.observed_generation == work.metadata.generation
+                })
+        })
+    })
 }
 
 /// The work agent failed to apply the current generation: the message of its `Applied`.

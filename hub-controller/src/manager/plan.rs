@@ -2,7 +2,7 @@
 //! the writes that bring the hub to the desired state out. Deterministic (the clock is in the
 //! snapshot), so a pass over an unchanged hub plans nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,15 +10,16 @@ use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
+use ocm_api::ManagedCluster;
 use ocm_api::addon::v1alpha1::{
     AddOnDeploymentConfigSpec, AddOnMeta, ClusterManagementAddOn, ClusterManagementAddOnSpec,
     ConfigGroupResource, ConfigMeta, ConfigReference, ConfigReferent, ConfigSpecHash,
-    InstallConfigReference, InstallProgression, ManagedClusterAddOn, ManagedClusterAddOnSpec,
-    ManagedClusterAddOnStatus,
+    DefaultConfigReference, InstallConfigReference, InstallProgression, ManagedClusterAddOn,
+    ManagedClusterAddOnSpec, ManagedClusterAddOnStatus,
 };
-use ocm_api::cluster::v1beta1::PlacementDecision;
+use ocm_api::cluster::v1beta1::{Placement, PlacementDecision};
 use ocm_api::conditions;
-use ocm_api::wellknown::{addon_condition, annotation, group, label};
+use ocm_api::wellknown::{addon_condition, annotation, cluster_condition, group, label};
 use ocm_api::work::v1::ManifestWork;
 
 use super::health;
@@ -27,10 +28,10 @@ use super::registration;
 use super::render::{self, AgentTemplate, Rendered};
 use super::rollout::{self, ClusterStatus, Groups, Progress, Status, Strategy};
 
-/// On the add-on's ManifestWork: the hash of the rendered spec, which the rollout compares.
-pub const RENDERING_HASH: &str = "addon.ocm-placement.io/rendering-hash";
+pub use super::render::RENDERING_HASH;
 
-/// `Configured` reasons (ocm `addonconfiguration`).
+/// `Configured` reasons: upstream's for a configured add-on (ocm `addonconfiguration`); upstream
+/// has no False reason for a config that is missing or does not parse, so these two are ours.
 const CONFIGURED: &str = "ConfigurationsConfigured";
 const CONFIG_NOT_FOUND: &str = "ConfigurationNotFound";
 const CONFIG_INVALID: &str = "ConfigurationInvalid";
@@ -90,7 +91,13 @@ pub struct Snapshot {
     /// This add-on's ManagedClusterAddOns by cluster namespace.
     pub mcas: BTreeMap<String, Arc<ManagedClusterAddOn>>,
     pub decisions: Vec<Arc<PlacementDecision>>,
+    /// The placements the install strategy names, by (namespace, name): a Progressive rollout
+    /// without `maxConcurrency` takes their `clustersPerDecisionGroup`.
+    pub placements: BTreeMap<(String, String), Arc<Placement>>,
     pub configs: BTreeMap<ConfigKey, Config>,
+    /// ManagedClusters by name: an add-on is served only on a cluster that exists, a CSR
+    /// approved only for one the hub accepts.
+    pub clusters: BTreeMap<String, Arc<ManagedCluster>>,
     /// This add-on's deploy works by cluster namespace.
     pub works: BTreeMap<String, Arc<ManifestWork>>,
     pub roles: BTreeMap<String, Arc<Role>>,
@@ -107,7 +114,10 @@ pub enum Action {
     CreateCma(Box<ClusterManagementAddOn>),
     /// Merge patch of the ClusterManagementAddOn's spec.supportedConfigs.
     PatchCmaSupportedConfigs(Vec<ConfigMeta>),
-    PatchCmaStatus(Vec<InstallProgression>),
+    PatchCmaStatus {
+        install_progressions: Vec<InstallProgression>,
+        default_config_references: Vec<DefaultConfigReference>,
+    },
     CreateMca(Box<ManagedClusterAddOn>),
     DeleteMca {
         cluster: String,
@@ -130,8 +140,10 @@ pub enum Action {
     DeleteWork {
         cluster: String,
     },
+    /// Guarded by the observed resourceVersion: a CSR that changed since is looked at again.
     ApproveCsr {
         name: String,
+        resource_version: Option<String>,
     },
 }
 
@@ -141,7 +153,7 @@ impl Action {
         match self {
             Action::CreateCma(_) => "create_cma",
             Action::PatchCmaSupportedConfigs(_) => "patch_cma",
-            Action::PatchCmaStatus(_) => "patch_cma_status",
+            Action::PatchCmaStatus { .. } => "patch_cma_status",
             Action::CreateMca(_) => "create_mca",
             Action::DeleteMca { .. } => "delete_mca",
             Action::PatchMcaStatus { .. } => "patch_mca_status",
@@ -190,27 +202,123 @@ struct Cluster<'a> {
     placement: Option<usize>,
     config: Option<ConfigKey>,
     config_hash: Option<String>,
-    rendered: Result<Rendered, String>,
+    rendered: Result<Arc<Rendered>, String>,
     work: Option<&'a ManifestWork>,
     up_to_date: bool,
     status: ManagedClusterAddOnStatus,
     rollout: ClusterStatus,
 }
 
-/// Plans one pass.
+/// Renderings kept between passes: rendering parses the agent's YAML templates, and a pass
+/// over a settled fleet needs each cluster's rendering only to compare hashes. Keyed by the
+/// cluster and the config's spec, for one template; what a pass did not use is dropped.
+#[derive(Debug, Default)]
+pub struct Renders {
+    template: Option<AgentTemplate>,
+    previous: HashMap<(String, String), Result<Arc<Rendered>, String>>,
+    current: HashMap<(String, String), Result<Arc<Rendered>, String>>,
+    /// The hub permission by (cluster, user, group, owner uid): its templates are YAML too.
+    permissions: HashMap<PermissionKey, Permission>,
+    permissions_used: HashMap<PermissionKey, Permission>,
+    /// Works (namespace, resourceVersion, rendering hash) whose spec was seen to equal it.
+    verified: HashSet<(String, String, String)>,
+    verified_now: HashSet<(String, String, String)>,
+}
+
+type PermissionKey = (String, String, String, String);
+type Permission = Arc<Result<(Role, RoleBinding), String>>;
+
+impl Renders {
+    fn get(
+        &mut self,
+        t: &AgentTemplate,
+        cluster: &str,
+        adc: Option<&AddOnDeploymentConfigSpec>,
+    ) -> Result<Arc<Rendered>, String> {
+        if self.template.as_ref() != Some(t) {
+            self.template = Some(t.clone());
+            self.previous.clear();
+            self.current.clear();
+        }
+        let config = adc
+            .map(|a| serde_json::to_string(a).unwrap_or_default())
+            .unwrap_or_default();
+        let key = (cluster.to_owned(), config);
+        if let Some(r) = self.current.get(&key) {
+            return r.clone();
+        }
+        let r = match self.previous.remove(&key) {
+            Some(r) => r,
+            None => render::render(t, cluster, adc)
+                .map(Arc::new)
+                .map_err(|e| e.to_string()),
+        };
+        self.current.insert(key, r.clone());
+        r
+    }
+
+    fn permission(
+        &mut self,
+        cluster: &str,
+        addon: &str,
+        subject: &ocm_api::addon::v1alpha1::Subject,
+        owner: &OwnerReference,
+    ) -> Permission {
+        let key = (
+            cluster.to_owned(),
+            subject.user.clone(),
+            subject.groups.first().cloned().unwrap_or_default(),
+            format!("{addon}/{}", owner.uid),
+        );
+        if let Some(r) = self.permissions_used.get(&key) {
+            return r.clone();
+        }
+        let r = match self.permissions.remove(&key) {
+            Some(r) => r,
+            None => Arc::new(
+                registration::hub_permission(cluster, addon, subject, owner.clone())
+                    .map_err(|e| e.to_string()),
+            ),
+        };
+        self.permissions_used.insert(key, r.clone());
+        r
+    }
+
+    /// Ends a pass: what it did not use goes.
+    fn rotate(&mut self) {
+        self.previous = std::mem::take(&mut self.current);
+        self.permissions = std::mem::take(&mut self.permissions_used);
+        self.verified = std::mem::take(&mut self.verified_now);
+    }
+}
+
+/// Plans one pass (without renderings from earlier passes).
 pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
+    plan_with(settings, snap, &mut Renders::default())
+}
+
+/// Plans one pass, reusing `renders` from earlier ones.
+pub fn plan_with(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Plan {
+    let plan = plan_inner(settings, snap, renders);
+    renders.rotate();
+    plan
+}
+
+fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Plan {
     let now = snap.now.unwrap_or_else(Timestamp::now);
     let mut out = Plan::default();
     let cma = snap.cma.as_deref();
     ensure_cma(settings, cma, &mut out);
-    // `self` or no annotation: this manager installs and rolls out; `addon-manager`: OCM's
-    // addon-manager does, and this manager only registers, deploys and reports health.
+    // `self`: this manager installs, configures and rolls out. Otherwise (no annotation, as
+    // upstream's `ManagedByAddonManager`, or `addon-manager`) OCM's addon-manager does, and
+    // this manager only registers, deploys the config the MCA's `configReferences` name and
+    // reports health.
     let installs = cma.is_some_and(|c| {
         c.metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(annotation::ADDON_LIFECYCLE))
-            .is_none_or(|v| v != "addon-manager")
+            .is_some_and(|v| v == "self")
     });
     let decisions: Vec<&PlacementDecision> = snap.decisions.iter().map(|d| d.as_ref()).collect();
     let selected = match cma {
@@ -218,12 +326,19 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
         _ => BTreeMap::new(),
     };
 
-    // Install: a ManagedClusterAddOn per selected cluster, none where the CMA's went away.
-    if let Some(c) = cma.filter(|_| installs) {
+    // Install: a ManagedClusterAddOn per selected cluster, none where the CMA's went away
+    // (only under `Placements`: switching to `Manual` leaves the add-ons where they are).
+    if let Some(c) =
+        cma.filter(|c| installs && c.spec.install_strategy.type_ == install::PLACEMENTS)
+    {
         for cluster in selected.keys() {
-            if !snap.mcas.contains_key(cluster) {
-                out.actions
-                    .push(Action::CreateMca(Box::new(new_mca(settings, c, cluster))));
+            let Some(managed) = snap.clusters.get(cluster) else {
+                continue;
+            };
+            if !snap.mcas.contains_key(cluster) && managed.metadata.deletion_timestamp.is_none() {
+                out.actions.push(Action::CreateMca(Box::new(new_mca(
+                    settings, c, cluster, managed,
+                ))));
             }
         }
         for (cluster, mca) in &snap.mcas {
@@ -241,11 +356,19 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
     // Per cluster: configuration, rendering, the work's state.
     let mut clusters: Vec<Cluster<'_>> = Vec::new();
     for (name, mca) in &snap.mcas {
-        if mca.metadata.deletion_timestamp.is_some() {
+        // Upstream's registration and deploy controllers skip an add-on whose cluster is gone
+        // or going.
+        let cluster_ok = snap
+            .clusters
+            .get(name)
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_none());
+        if mca.metadata.deletion_timestamp.is_some() || !cluster_ok {
             continue;
         }
         let placement = selected.get(name).copied();
-        clusters.push(assess(settings, snap, cma, name, mca, placement, now));
+        clusters.push(assess(
+            settings, snap, cma, installs, name, mca, placement, now, renders,
+        ));
     }
 
     // Rollout: which clusters may take the current rendering now.
@@ -278,15 +401,24 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
             .filter(|c| c.placement == Some(i))
             .map(|c| c.rollout.clone())
             .collect();
+        // Upstream: every cluster the placement selects, and every add-on it configures
+        // (a cluster whose config is missing counts, and keeps the progression from completing).
         let mut progress = Progress {
-            total: selected.values().filter(|v| **v == i).count(),
-            configured: clusters
-                .iter()
-                .filter(|c| c.placement == Some(i) && c.rendered.is_ok())
-                .count(),
+            total: all.len(),
+            configured: clusters.iter().filter(|c| c.placement == Some(i)).count(),
             ..Progress::default()
         };
-        let condition = match Strategy::parse(&p.rollout_strategy) {
+        let per_group = snap
+            .placements
+            .get(&(ns.clone(), pname.clone()))
+            .and_then(|p| {
+                p.spec
+                    .decision_strategy
+                    .group_strategy
+                    .clusters_per_decision_group
+                    .as_ref()
+            });
+        let condition = match Strategy::parse_for_placement(&p.rollout_strategy, per_group) {
             Ok(strategy) => {
                 let result = rollout::rollout(&strategy, &groups, &existing, now);
                 allowed.extend(
@@ -333,7 +465,8 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
             now,
         ));
     }
-    // Clusters no placement rolls out to (Manual, or an MCA a user made) take it at once.
+    // Clusters no placement rolls out to (Manual, an MCA a user made, or OCM's addon-manager
+    // rolling out through `configReferences`) take it at once.
     for c in &clusters {
         if c.placement.is_none() {
             allowed.insert(c.name);
@@ -346,24 +479,33 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
         let Some(owner) = mca_owner(c.mca) else {
             continue;
         };
-        // Hub permission.
-        match registration::hub_permission(c.name, &settings.addon, &settings.agent, owner.clone())
+        // Hub permission, for the subject in `registrations` (the agent's own with the token
+        // driver).
+        let subject = c
+            .status
+            .registrations
+            .first()
+            .map(|r| r.subject.clone())
+            .unwrap_or_default();
+        match renders
+            .permission(c.name, &settings.addon, &subject, &owner)
+            .as_ref()
         {
             Ok((role, binding)) => {
                 let role_ok = snap
                     .roles
                     .get(c.name)
-                    .is_some_and(|o| registration::role_matches(o, &role));
+                    .is_some_and(|o| registration::role_matches(o, role));
                 let binding_ok = snap
                     .bindings
                     .get(c.name)
-                    .is_some_and(|o| registration::binding_matches(o, &binding));
+                    .is_some_and(|o| registration::binding_matches(o, binding));
                 if !role_ok {
-                    out.actions.push(Action::ApplyRole(Box::new(role)));
+                    out.actions.push(Action::ApplyRole(Box::new(role.clone())));
                 }
                 if !binding_ok {
                     out.actions
-                        .push(Action::ApplyRoleBinding(Box::new(binding)));
+                        .push(Action::ApplyRoleBinding(Box::new(binding.clone())));
                 }
                 let (s, r, m) = match snap.errors.get(&(c.name.to_owned(), Step::Permission)) {
                     Some(e) => (
@@ -407,23 +549,20 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
         let work_error = snap.errors.get(&(c.name.to_owned(), Step::Work));
         match &c.rendered {
             Ok(rendered) => {
-                let desired = work_object(
-                    settings,
-                    c.name,
-                    rendered,
-                    c.config.as_ref().zip(c.config_hash.as_deref()),
-                    owner,
-                );
+                let config = c.config.as_ref().zip(c.config_hash.as_deref());
+                let desired = || work_object(settings, c.name, rendered, config, owner.clone());
                 if !c.up_to_date && allowed.contains(c.name) {
-                    out.actions.push(Action::ApplyWork(Box::new(desired)));
-                    conditions::set(
-                        &mut c.status.conditions,
-                        addon_condition::PROGRESSING,
-                        "True",
-                        addon_condition::reason::PROGRESSING,
-                        "progressing... applying the agent's new rendering",
-                        now,
-                    );
+                    out.actions.push(Action::ApplyWork(Box::new(desired())));
+                    if installs {
+                        conditions::set(
+                            &mut c.status.conditions,
+                            addon_condition::PROGRESSING,
+                            "True",
+                            addon_condition::reason::PROGRESSING,
+                            "progressing... applying the agent's new rendering",
+                            now,
+                        );
+                    }
                 } else if !c.up_to_date {
                     let placement = c
                         .placement
@@ -440,9 +579,13 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
                         ),
                         now,
                     );
-                } else if c.work.is_some_and(|w| !work_meta_matches(w, &desired)) {
-                    // Same rendering, drifted metadata (labels, owner): repair, no rollout.
-                    out.actions.push(Action::ApplyWork(Box::new(desired)));
+                } else if c
+                    .work
+                    .is_some_and(|w| !renders.work_matches(settings, w, rendered, &owner))
+                {
+                    // Same rendering, drifted spec or metadata (an edit by hand, a lost owner):
+                    // repair, no rollout.
+                    out.actions.push(Action::ApplyWork(Box::new(desired())));
                 }
                 match (work_error, c.work) {
                     (Some(e), _) => conditions::set(
@@ -478,7 +621,15 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
                 now,
             ),
         }
-        if settings.health == HealthMode::Work {
+        // While the cluster is Unknown the hub's registration controller copies that into
+        // `Available`; the work's feedback is stale then (upstream skips the probe too).
+        let cluster_unknown = snap
+            .clusters
+            .get(c.name)
+            .and_then(|m| m.status.as_ref())
+            .and_then(|s| conditions::find(&s.conditions, cluster_condition::AVAILABLE))
+            .is_some_and(|x| x.status == "Unknown");
+        if settings.health == HealthMode::Work && !cluster_unknown {
             let (s, r, m) = health::available(c.work, &settings.addon);
             conditions::set(
                 &mut c.status.conditions,
@@ -504,45 +655,66 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
             .get(ns)
             .is_some_and(|m| m.metadata.deletion_timestamp.is_none())
     };
-    for ns in snap.works.keys().filter(|ns| !live(ns.as_str())) {
-        out.actions.push(Action::DeleteWork {
-            cluster: ns.clone(),
-        });
+    // Only what an MCA of this add-on owned (the garbage collector does the same; this is for
+    // hubs where it lags, and for a work left behind by a foreground deletion).
+    let ours = |meta: &ObjectMeta| {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "ManagedClusterAddOn" && o.name == settings.addon)
+    };
+    for (ns, w) in &snap.works {
+        if !live(ns) && ours(&w.metadata) {
+            out.actions.push(Action::DeleteWork {
+                cluster: ns.clone(),
+            });
+        }
     }
-    for ns in snap.roles.keys().filter(|ns| !snap.mcas.contains_key(*ns)) {
-        out.actions.push(Action::DeleteRole {
-            cluster: ns.clone(),
-        });
+    for (ns, r) in &snap.roles {
+        if !snap.mcas.contains_key(ns) && ours(&r.metadata) {
+            out.actions.push(Action::DeleteRole {
+                cluster: ns.clone(),
+            });
+        }
     }
-    for ns in snap
-        .bindings
-        .keys()
-        .filter(|ns| !snap.mcas.contains_key(*ns))
-    {
-        out.actions.push(Action::DeleteRoleBinding {
-            cluster: ns.clone(),
-        });
+    for (ns, b) in &snap.bindings {
+        if !snap.mcas.contains_key(ns) && ours(&b.metadata) {
+            out.actions.push(Action::DeleteRoleBinding {
+                cluster: ns.clone(),
+            });
+        }
     }
 
     // Certificates.
+    let registered = |c: &str| {
+        live(c)
+            && snap.clusters.get(c).is_some_and(|m| {
+                m.metadata.deletion_timestamp.is_none() && m.spec.hub_accepts_client
+            })
+    };
     for csr in &snap.csrs {
-        let ok = registration::check_csr(csr, &settings.addon, &settings.agent, live);
+        let ok = registration::check_csr(csr, &settings.addon, &settings.agent, registered);
         if ok.is_ok()
             && let Some(name) = &csr.metadata.name
         {
-            out.actions.push(Action::ApproveCsr { name: name.clone() });
+            out.actions.push(Action::ApproveCsr {
+                name: name.clone(),
+                resource_version: csr.metadata.resource_version.clone(),
+            });
         }
     }
 
     out.actions.extend(status_actions);
     if let Some(c) = cma.filter(|_| installs) {
-        let observed = c
-            .status
-            .as_ref()
-            .map(|s| s.install_progressions.clone())
-            .unwrap_or_default();
-        if observed != progressions {
-            out.actions.push(Action::PatchCmaStatus(progressions));
+        let defaults = default_config_references(c, snap);
+        let observed = c.status.clone().unwrap_or_default();
+        if observed.install_progressions != progressions
+            || observed.default_config_references != defaults
+        {
+            out.actions.push(Action::PatchCmaStatus {
+                install_progressions: progressions,
+                default_config_references: defaults,
+            });
         }
     }
     out
@@ -601,9 +773,22 @@ fn new_mca(
     settings: &Settings,
     cma: &ClusterManagementAddOn,
     cluster: &str,
+    managed: &ManagedCluster,
 ) -> ManagedClusterAddOn {
     let mut m = ManagedClusterAddOn::new(&settings.addon, ManagedClusterAddOnSpec::default());
     m.metadata.namespace = Some(cluster.to_owned());
+    // As upstream: the cluster's add-on annotations (install namespace, values, ...) go along.
+    let carried: BTreeMap<String, String> = managed
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(group::ADDON))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !carried.is_empty() {
+        m.metadata.annotations = Some(carried);
+    }
     if let Some(uid) = &cma.metadata.uid {
         m.metadata.owner_references = Some(vec![OwnerReference {
             api_version: "addon.open-cluster-management.io/v1alpha1".to_owned(),
@@ -682,124 +867,199 @@ fn annotation_of<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// Same rendering and configs as `desired`.
-fn work_current(observed: &ManifestWork, desired: &ManifestWork) -> bool {
-    [RENDERING_HASH, annotation::CONFIG_SPEC_HASH]
-        .iter()
-        .all(|k| annotation_of(&observed.metadata, k) == annotation_of(&desired.metadata, k))
+/// The observed work carries this rendering and config (by their hashes).
+fn work_current(
+    observed: &ManifestWork,
+    rendered: &Rendered,
+    config: Option<(&ConfigKey, &str)>,
+) -> bool {
+    let config = config.map(|(k, h)| config_spec_hash_annotation(k, h));
+    annotation_of(&observed.metadata, RENDERING_HASH) == Some(rendered.hash.as_str())
+        && annotation_of(&observed.metadata, annotation::CONFIG_SPEC_HASH) == config.as_deref()
 }
 
-fn work_meta_matches(observed: &ManifestWork, desired: &ManifestWork) -> bool {
-    let label_ok = observed
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(label::ADDON_NAME))
-        == desired
+impl Renders {
+    /// The observed work is the rendering: same spec, our label, our owner among its owners.
+    /// The spec comparison is remembered per resourceVersion (a settled fleet compares none).
+    fn work_matches(
+        &mut self,
+        settings: &Settings,
+        observed: &ManifestWork,
+        rendered: &Rendered,
+        owner: &OwnerReference,
+    ) -> bool {
+        let label_ok = observed
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(label::ADDON_NAME));
-    label_ok && observed.metadata.owner_references == desired.metadata.owner_references
+            .and_then(|l| l.get(label::ADDON_NAME))
+            == Some(&settings.addon);
+        let owner_ok = observed
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == owner.uid && o.controller == owner.controller);
+        let key = (
+            observed.metadata.namespace.clone().unwrap_or_default(),
+            observed
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default(),
+            rendered.hash.clone(),
+        );
+        let spec_ok = self.verified.contains(&key) || observed.spec == rendered.spec;
+        if spec_ok {
+            self.verified_now.insert(key);
+        }
+        label_ok && owner_ok && spec_ok
+    }
+}
+
+/// `status.defaultconfigReferences`: the CMA's default config with its spec hash.
+fn default_config_references(
+    cma: &ClusterManagementAddOn,
+    snap: &Snapshot,
+) -> Vec<DefaultConfigReference> {
+    cma.spec
+        .supported_configs
+        .iter()
+        .filter_map(|m| {
+            let d = m.default_config.as_ref()?;
+            let key = ConfigKey {
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+            };
+            let hash = if m.config_group_resource.resource == ADC_RESOURCE
+                && m.config_group_resource.group == group::ADDON
+            {
+                snap.configs
+                    .get(&key)
+                    .map(|c| c.hash.clone())
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            Some(DefaultConfigReference {
+                config_group_resource: m.config_group_resource.clone(),
+                desired_config: Some(ConfigSpecHash {
+                    config_referent: d.clone(),
+                    spec_hash: hash,
+                }),
+            })
+        })
+        .collect()
 }
 
 /// The add-on on one cluster: its configuration, rendering, work and rollout status, and the
 /// status fields that do not depend on the rollout.
+#[allow(clippy::too_many_arguments)]
 fn assess<'a>(
     settings: &Settings,
     snap: &'a Snapshot,
     cma: Option<&ClusterManagementAddOn>,
+    installs: bool,
     name: &'a str,
     mca: &'a ManagedClusterAddOn,
     placement: Option<usize>,
     now: Timestamp,
+    renders: &mut Renders,
 ) -> Cluster<'a> {
     let mut status = mca.status.clone().unwrap_or_default();
-    let config = install::cluster_config(cma, placement, mca);
     let adc_gr = ConfigGroupResource {
         group: group::ADDON.to_owned(),
         resource: ADC_RESOURCE.to_owned(),
     };
     status.supported_configs = vec![adc_gr.clone()];
+    // The token driver: the agent's own subject stays (upstream `buildRegistrationConfigs`).
+    let own_subject = status
+        .registrations
+        .first()
+        .map(|r| r.subject.clone())
+        .filter(|s| status.kube_client_driver == "token" && !s.user.is_empty());
     status.registrations = registration::registrations(name, &settings.addon, &settings.agent);
+    if let (Some(subject), Some(r)) = (own_subject, status.registrations.first_mut()) {
+        r.subject = subject;
+    }
     status.health_check.mode = match settings.health {
         HealthMode::Work => "Customized",
         HealthMode::Lease => "Lease",
     }
     .to_owned();
 
+    // The config: chosen here when this manager installs; otherwise the one OCM's
+    // addon-manager put in `configReferences` (deployed once it has a spec hash).
+    let (config, pending) = if installs {
+        (install::cluster_config(cma, placement, mca), false)
+    } else {
+        let desired = status
+            .config_references
+            .iter()
+            .find(|r| r.config_group_resource == adc_gr)
+            .map(|r| r.desired_config.clone());
+        match desired {
+            None => (None, false),
+            Some(None) => (None, true),
+            Some(Some(d)) => (
+                Some(ConfigKey {
+                    namespace: d.config_referent.namespace.clone(),
+                    name: d.config_referent.name.clone(),
+                }),
+                d.spec_hash.is_empty(),
+            ),
+        }
+    };
     let found = config.as_ref().map(|k| (k, snap.configs.get(k)));
     let (spec, config_hash, configured) = match found {
-        None => (Ok(None), None, None),
-        Some((k, None)) => (
-            Err(format!("AddOnDeploymentConfig {k} is not found")),
+        _ if pending => (
+            Err("waiting for the addon-manager to configure the add-on".to_owned()),
             None,
-            Some((
-                "False",
-                CONFIG_NOT_FOUND,
-                format!("AddOnDeploymentConfig {k} is not found"),
-            )),
-        ),
-        Some((k, Some(Config { spec: Err(e), .. }))) => (
-            Err(format!("AddOnDeploymentConfig {k} is invalid: {e}")),
             None,
-            Some((
-                "False",
-                CONFIG_INVALID,
-                format!("AddOnDeploymentConfig {k} is invalid: {e}"),
-            )),
         ),
+        None => (
+            Ok(None),
+            None,
+            Some(("True", CONFIGURED, "Configurations configured".to_owned())),
+        ),
+        Some((k, None)) => {
+            let m = format!("AddOnDeploymentConfig {k} is not found");
+            (Err(m.clone()), None, Some(("False", CONFIG_NOT_FOUND, m)))
+        }
+        Some((k, Some(Config { spec: Err(e), .. }))) => {
+            let m = format!("AddOnDeploymentConfig {k} is invalid: {e}");
+            (Err(m.clone()), None, Some(("False", CONFIG_INVALID, m)))
+        }
         Some((_, Some(Config { spec: Ok(s), hash }))) => (
             Ok(Some(s)),
             Some(hash.clone()),
             Some(("True", CONFIGURED, "Configurations configured".to_owned())),
         ),
     };
-    match configured {
-        Some((s, r, m)) => conditions::set(
+    if let (true, Some((s, r, m))) = (installs, configured) {
+        conditions::set(
             &mut status.conditions,
             addon_condition::CONFIGURED,
             s,
             r,
             &m,
             now,
-        ),
-        None => conditions::set(
-            &mut status.conditions,
-            addon_condition::CONFIGURED,
-            "True",
-            CONFIGURED,
-            "Configurations configured",
-            now,
-        ),
+        );
     }
     let adc = spec.as_ref().ok().copied().flatten();
     status.namespace = render::install_namespace(&settings.template, adc);
-    let rendered =
-        spec.and_then(|s| render::render(&settings.template, name, s).map_err(|e| e.to_string()));
+    let rendered = spec.and_then(|s| renders.get(&settings.template, name, s));
 
     let work = snap.works.get(name).map(|w| w.as_ref());
-    let desired_meta = rendered
-        .as_ref()
-        .ok()
-        .zip(mca_owner(mca))
-        .map(|(r, owner)| {
-            work_object(
-                settings,
-                name,
-                r,
-                config.as_ref().zip(config_hash.as_deref()),
-                owner,
-            )
-        });
-    let up_to_date = match (work, &desired_meta) {
-        (Some(w), Some(d)) => work_current(w, d),
+    let up_to_date = match (work, rendered.as_ref()) {
+        (Some(w), Ok(r)) => work_current(w, r, config.as_ref().zip(config_hash.as_deref())),
         _ => false,
     };
 
-    // Progressing for a cluster already on the current rendering (upstream `addonprogressing`,
-    // except that success also needs the agent Available in Work mode: a rollout of a broken
-    // image stops at the first group instead of sweeping the fleet).
+    // Progressing for a cluster already on the current rendering (upstream `addonprogressing`),
+    // except that done means rolled out: the agent's Deployment runs this rendering on every
+    // replica (the work's RolledOut rule) and, in Work mode, is Available. A rollout of an image
+    // that does not start stops at the first group instead of sweeping the fleet.
     let mut rollout_status = ClusterStatus {
         cluster: name.to_owned(),
         group: None,
@@ -814,7 +1074,7 @@ fn assess<'a>(
             || health::available(Some(w), &settings.addon).0 == "True";
         let (s, r, m) = if let Some(e) = health::work_failed(w) {
             ("False", addon_condition::reason::FAILED, e)
-        } else if health::work_ready(w) && available {
+        } else if health::work_ready(w) && health::rolled_out(w) && available {
             (
                 "False",
                 addon_condition::reason::COMPLETED,
@@ -827,53 +1087,56 @@ fn assess<'a>(
                 "progressing... work is not ready".to_owned(),
             )
         };
-        conditions::set(
-            &mut status.conditions,
-            addon_condition::PROGRESSING,
-            s,
-            r,
-            &m,
-            now,
-        );
-        let cond = conditions::find(&status.conditions, addon_condition::PROGRESSING);
+        let mut conds = status.conditions.clone();
+        conditions::set(&mut conds, addon_condition::PROGRESSING, s, r, &m, now);
+        let cond = conditions::find(&conds, addon_condition::PROGRESSING);
         rollout_status.last_transition = cond.map(|c| c.last_transition_time.0);
         rollout_status.status = match r {
             addon_condition::reason::FAILED => Status::Failed,
             addon_condition::reason::COMPLETED => Status::Succeeded,
             _ => Status::Progressing,
         };
+        if installs {
+            status.conditions = conds;
+        }
     }
 
-    // configReferences: the config in use, last applied once the cluster completed on it.
-    status.config_references = match (&config, &config_hash) {
-        (Some(k), Some(h)) => {
-            let desired = ConfigSpecHash {
-                config_referent: ConfigReferent {
-                    namespace: k.namespace.clone(),
-                    name: k.name.clone(),
-                },
-                spec_hash: h.clone(),
-            };
-            let previous = status
-                .config_references
-                .iter()
-                .find(|r| r.config_group_resource == adc_gr)
-                .and_then(|r| r.last_applied_config.clone());
-            let last_applied = if rollout_status.status == Status::Succeeded {
-                Some(desired.clone())
-            } else {
-                previous
-            };
-            vec![ConfigReference {
-                config_group_resource: adc_gr,
-                config_referent: desired.config_referent.clone(),
-                last_observed_generation: 0,
-                desired_config: Some(desired),
-                last_applied_config: last_applied,
-            }]
-        }
-        _ => Vec::new(),
-    };
+    // configReferences (when this manager configures): the config in use, last applied once
+    // the cluster completed on it; a different config starts without a last applied one.
+    if installs {
+        status.config_references = match (&config, &config_hash) {
+            (Some(k), Some(h)) => {
+                let desired = ConfigSpecHash {
+                    config_referent: ConfigReferent {
+                        namespace: k.namespace.clone(),
+                        name: k.name.clone(),
+                    },
+                    spec_hash: h.clone(),
+                };
+                let previous = status
+                    .config_references
+                    .iter()
+                    .find(|r| {
+                        r.config_group_resource == adc_gr
+                            && r.config_referent == desired.config_referent
+                    })
+                    .and_then(|r| r.last_applied_config.clone());
+                let last_applied = if rollout_status.status == Status::Succeeded {
+                    Some(desired.clone())
+                } else {
+                    previous
+                };
+                vec![ConfigReference {
+                    config_group_resource: adc_gr,
+                    config_referent: desired.config_referent.clone(),
+                    last_observed_generation: 0,
+                    desired_config: Some(desired),
+                    last_applied_config: last_applied,
+                }]
+            }
+            _ => Vec::new(),
+        };
+    }
 
     Cluster {
         name,
@@ -955,6 +1218,121 @@ fn progression(
     }
 }
 
+/// What the API server would hold after `actions`, in memory: made-up uids, generations that
+/// move when a work's spec does, approvals as conditions. For tests and benchmarks that drive
+/// [`plan`] to a fixed point without a server.
+///
+/// # Panics
+/// When an action patches an object the snapshot does not hold (a planner bug).
+pub fn apply_in_memory(snap: &mut Snapshot, actions: &[Action]) {
+    for a in actions {
+        match a.clone() {
+            Action::CreateCma(mut c) => {
+                c.metadata.uid = Some("cma-uid".into());
+                snap.cma = Some(Arc::new(*c));
+            }
+            Action::PatchCmaSupportedConfigs(configs) => {
+                let mut c = snap.cma.as_deref().cloned().expect("a cma");
+                c.spec.supported_configs = configs;
+                snap.cma = Some(Arc::new(c));
+            }
+            Action::PatchCmaStatus {
+                install_progressions,
+                default_config_references,
+            } => {
+                let mut c = snap.cma.as_deref().cloned().expect("a cma");
+                let st = c.status.get_or_insert_with(Default::default);
+                st.install_progressions = install_progressions;
+                st.default_config_references = default_config_references;
+                snap.cma = Some(Arc::new(c));
+            }
+            Action::CreateMca(mut m) => {
+                let ns = m.metadata.namespace.clone().expect("ns");
+                m.metadata.uid = Some(format!("mca-{ns}"));
+                snap.mcas.insert(ns, Arc::new(*m));
+            }
+            Action::DeleteMca { cluster } => {
+                snap.mcas.remove(&cluster);
+            }
+            Action::PatchMcaStatus {
+                cluster, status, ..
+            } => {
+                let mut m = snap.mcas[&cluster].as_ref().clone();
+                m.status = Some(*status);
+                snap.mcas.insert(cluster, Arc::new(m));
+            }
+            Action::ApplyRole(r) => {
+                snap.roles
+                    .insert(r.metadata.namespace.clone().expect("ns"), Arc::new(*r));
+            }
+            Action::ApplyRoleBinding(b) => {
+                snap.bindings
+                    .insert(b.metadata.namespace.clone().expect("ns"), Arc::new(*b));
+            }
+            Action::DeleteRole { cluster } => {
+                snap.roles.remove(&cluster);
+            }
+            Action::DeleteRoleBinding { cluster } => {
+                snap.bindings.remove(&cluster);
+            }
+            Action::ApplyWork(mut w) => {
+                let ns = w.metadata.namespace.clone().expect("ns");
+                let old = snap.works.get(&ns);
+                let generation = old.and_then(|o| o.metadata.generation).unwrap_or(0);
+                let changed = old.is_none_or(|o| o.spec != w.spec);
+                w.metadata.generation = Some(generation + i64::from(changed));
+                w.status = old.and_then(|o| o.status.clone());
+                snap.works.insert(ns, Arc::new(*w));
+            }
+            Action::DeleteWork { cluster } => {
+                snap.works.remove(&cluster);
+            }
+            Action::ApproveCsr { name, .. } => {
+                let i = snap
+                    .csrs
+                    .iter()
+                    .position(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+                    .expect("the csr");
+                let mut c = snap.csrs[i].as_ref().clone();
+                c.status = serde_json::from_value(
+                    serde_json::json!({"conditions": [{"type": "Approved", "status": "True"}]}),
+                )
+                .ok();
+                snap.csrs[i] = Arc::new(c);
+            }
+        }
+    }
+}
+
+/// What a work agent reports for `cluster`'s work, in memory: `Applied` (True or False) and
+/// `Available` for the current generation, and the Deployment rolled out with one ready replica.
+/// For tests and benchmarks, like [`apply_in_memory`].
+///
+/// # Panics
+/// When the snapshot holds no work for `cluster`.
+pub fn report_work_in_memory(snap: &mut Snapshot, cluster: &str, applied: bool) {
+    let mut w = snap.works[cluster].as_ref().clone();
+    let generation = w.metadata.generation;
+    let cond = |ty: &str, st: &str| {
+        serde_json::json!({"type": ty, "status": st, "reason": "R", "message": format!("{ty} {st}"),
+               "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": generation})
+    };
+    let probe = &w.spec.manifest_configs[0].resource_identifier;
+    let (ns, name) = (probe.namespace.clone(), probe.name.clone());
+    w.status = serde_json::from_value(serde_json::json!({
+        "conditions": [cond("Applied", if applied { "True" } else { "False" }), cond("Available", "True")],
+        "resourceStatus": {"manifests": [{
+            "resourceMeta": {"ordinal": 5, "group": "apps", "version": "v1", "kind": "Deployment",
+                             "resource": "deployments", "namespace": ns, "name": name},
+            "statusFeedback": {"values": [
+                {"name": "ReadyReplicas", "fieldValue": {"type": "Integer", "integer": 1}},
+                {"name": "Replicas", "fieldValue": {"type": "Integer", "integer": 1}}]},
+            "conditions": [cond(super::render::ROLLED_OUT, "True")]}]}
+    }))
+    .ok();
+    snap.works.insert(cluster.into(), Arc::new(w));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -996,6 +1374,28 @@ mod tests {
         )
     }
 
+    fn lifecycle_self() -> Value {
+        json!({"addon.open-cluster-management.io/lifecycle": "self"})
+    }
+
+    /// Accepted ManagedClusters of these names.
+    fn managed(names: &[&str]) -> BTreeMap<String, Arc<ManagedCluster>> {
+        names
+            .iter()
+            .map(|n| {
+                let c: ManagedCluster = serde_json::from_value(json!({
+                    "apiVersion": "cluster.open-cluster-management.io/v1",
+                    "kind": "ManagedCluster",
+                    "metadata": {"name": n, "annotations": {
+                        "addon.open-cluster-management.io/values": "{}", "other.io/x": "y"}},
+                    "spec": {"hubAcceptsClient": true}
+                }))
+                .expect("a cluster");
+                ((*n).to_owned(), Arc::new(c))
+            })
+            .collect()
+    }
+
     fn placements(rollout: Value) -> Value {
         json!({"type": "Placements", "placements": [{"namespace": "p", "name": "fleet", "rolloutStrategy": rollout}]})
     }
@@ -1033,84 +1433,6 @@ mod tests {
         Arc::new(m)
     }
 
-    /// What the API server would hold after `actions` (generation bumps on spec changes).
-    fn apply(snap: &mut Snapshot, actions: &[Action]) {
-        for a in actions {
-            match a.clone() {
-                Action::CreateCma(mut c) => {
-                    c.metadata.uid = Some("cma-uid".into());
-                    snap.cma = Some(Arc::new(*c));
-                }
-                Action::PatchCmaSupportedConfigs(configs) => {
-                    let mut c = snap.cma.as_deref().cloned().expect("a cma");
-                    c.spec.supported_configs = configs;
-                    snap.cma = Some(Arc::new(c));
-                }
-                Action::PatchCmaStatus(p) => {
-                    let mut c = snap.cma.as_deref().cloned().expect("a cma");
-                    c.status
-                        .get_or_insert_with(Default::default)
-                        .install_progressions = p;
-                    snap.cma = Some(Arc::new(c));
-                }
-                Action::CreateMca(mut m) => {
-                    let ns = m.metadata.namespace.clone().expect("ns");
-                    m.metadata.uid = Some(format!("mca-{ns}"));
-                    snap.mcas.insert(ns, Arc::new(*m));
-                }
-                Action::DeleteMca { cluster } => {
-                    snap.mcas.remove(&cluster);
-                }
-                Action::PatchMcaStatus {
-                    cluster, status, ..
-                } => {
-                    let mut m = snap.mcas[&cluster].as_ref().clone();
-                    m.status = Some(*status);
-                    snap.mcas.insert(cluster, Arc::new(m));
-                }
-                Action::ApplyRole(r) => {
-                    snap.roles
-                        .insert(r.metadata.namespace.clone().expect("ns"), Arc::new(*r));
-                }
-                Action::ApplyRoleBinding(b) => {
-                    snap.bindings
-                        .insert(b.metadata.namespace.clone().expect("ns"), Arc::new(*b));
-                }
-                Action::DeleteRole { cluster } => {
-                    snap.roles.remove(&cluster);
-                }
-                Action::DeleteRoleBinding { cluster } => {
-                    snap.bindings.remove(&cluster);
-                }
-                Action::ApplyWork(mut w) => {
-                    let ns = w.metadata.namespace.clone().expect("ns");
-                    let old = snap.works.get(&ns);
-                    let generation = old.and_then(|o| o.metadata.generation).unwrap_or(0);
-                    let changed = old.is_none_or(|o| o.spec != w.spec);
-                    w.metadata.generation = Some(generation + i64::from(changed));
-                    w.status = old.and_then(|o| o.status.clone());
-                    snap.works.insert(ns, Arc::new(*w));
-                }
-                Action::DeleteWork { cluster } => {
-                    snap.works.remove(&cluster);
-                }
-                Action::ApproveCsr { name } => {
-                    let i = snap
-                        .csrs
-                        .iter()
-                        .position(|c| c.metadata.name.as_deref() == Some(name.as_str()))
-                        .expect("the csr");
-                    let mut c = snap.csrs[i].as_ref().clone();
-                    c.status = serde_json::from_value(
-                        json!({"conditions": [{"type": "Approved", "status": "True"}]}),
-                    )
-                    .ok();
-                    snap.csrs[i] = Arc::new(c);
-                }
-            }
-        }
-    }
-
     /// Plans and applies until nothing is left to do; returns every action taken.
     fn converge(s: &Settings, snap: &mut Snapshot) -> Vec<Action> {
         let mut all = Vec::new();
@@ -1119,37 +1441,10 @@ mod tests {
             if p.actions.is_empty() {
                 return all;
             }
-            apply(snap, &p.actions);
+            apply_in_memory(snap, &p.actions);
             all.extend(p.actions);
         }
         panic!("no fixed point: {:?}", plan(s, snap).actions);
-    }
-
-    /// The work agent applied `cluster`'s work and its Deployment is ready (or not).
-    fn report(snap: &mut Snapshot, cluster: &str, applied: bool) {
-        let mut w = snap.works[cluster].as_ref().clone();
-        let generation = w.metadata.generation;
-        let cond = |ty: &str, st: &str| {
-            json!({"type": ty, "status": st, "reason": "R", "message": format!("{ty} {st}"),
-                   "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": generation})
-        };
-        let deployment = format!("{ADDON}-agent");
-        let ns = w.spec.manifest_configs[0]
-            .resource_identifier
-            .namespace
-            .clone();
-        w.status = serde_json::from_value(json!({
-            "conditions": [cond("Applied", if applied { "True" } else { "False" }), cond("Available", "True")],
-            "resourceStatus": {"manifests": [{
-                "resourceMeta": {"ordinal": 5, "group": "apps", "version": "v1", "kind": "Deployment",
-                                 "resource": "deployments", "namespace": ns, "name": deployment},
-                "statusFeedback": {"values": [
-                    {"name": "ReadyReplicas", "fieldValue": {"type": "Integer", "integer": 1}},
-                    {"name": "Replicas", "fieldValue": {"type": "Integer", "integer": 1}}]},
-                "conditions": []}]}
-        }))
-        .ok();
-        snap.works.insert(cluster.into(), Arc::new(w));
     }
 
     fn cond<'a>(snap: &'a Snapshot, cluster: &str, ty: &str) -> Option<(&'a str, &'a str)> {
@@ -1168,8 +1463,9 @@ mod tests {
     fn installs_on_the_placements_clusters_and_then_rests() {
         let s = settings();
         let mut snap = Snapshot {
-            cma: Some(cma(placements(json!({"type": "All"})), json!({}))),
+            cma: Some(cma(placements(json!({"type": "All"})), lifecycle_self())),
             decisions: vec![decision("d1", None, &["c1", "c2"])],
+            clusters: managed(&["c1", "c2"]),
             now: Some(t(0)),
             ..Snapshot::default()
         };
@@ -1219,8 +1515,8 @@ mod tests {
         assert_eq!(plan(&s, &snap).actions, []);
 
         // The agent comes up: Available, then Completed; the progression completes.
-        report(&mut snap, "c1", true);
-        report(&mut snap, "c2", true);
+        report_work_in_memory(&mut snap, "c1", true);
+        report_work_in_memory(&mut snap, "c2", true);
         converge(&s, &mut snap);
         assert_eq!(
             cond(&snap, "c1", "Available"),
@@ -1264,9 +1560,10 @@ mod tests {
         let s = settings();
         // Manual: users' MCAs are served, never removed; no progression is kept.
         let mut snap = Snapshot {
-            cma: Some(cma(json!({"type": "Manual"}), json!({}))),
+            cma: Some(cma(json!({"type": "Manual"}), lifecycle_self())),
             mcas: BTreeMap::from([("c1".to_owned(), user_mca("c1"))]),
             decisions: vec![decision("d1", None, &["c9"])],
+            clusters: managed(&["c1", "c9"]),
             now: Some(t(0)),
             ..Snapshot::default()
         };
@@ -1287,6 +1584,7 @@ mod tests {
             )),
             mcas: BTreeMap::from([("c1".to_owned(), user_mca("c1"))]),
             decisions: vec![decision("d1", None, &["c2"])],
+            clusters: managed(&["c1", "c2"]),
             now: Some(t(0)),
             ..Snapshot::default()
         };
@@ -1320,7 +1618,7 @@ mod tests {
                 .map(String::as_str),
             Some("self")
         );
-        apply(&mut snap, &p.actions);
+        apply_in_memory(&mut snap, &p.actions);
         assert_eq!(plan(&s, &snap).actions, []);
         // A CMA from elsewhere without AddOnDeploymentConfig support gets it, once.
         let mut bare = snap.cma.as_deref().cloned().expect("cma");
@@ -1344,8 +1642,9 @@ mod tests {
         ]))
         .expect("configs");
         let mut snap = Snapshot {
-            cma: Some(cma(json!({"type": "Manual"}), json!({}))),
+            cma: Some(cma(json!({"type": "Manual"}), lifecycle_self())),
             mcas: BTreeMap::from([("c1".to_owned(), Arc::new(with_config))]),
+            clusters: managed(&["c1"]),
             now: Some(t(0)),
             ..Snapshot::default()
         };
@@ -1392,7 +1691,7 @@ mod tests {
             Some(r#"{"addondeploymentconfigs.addon.open-cluster-management.io/c1/tuned":"h1"}"#)
         );
         // Completed on it: last applied.
-        report(&mut snap, "c1", true);
+        report_work_in_memory(&mut snap, "c1", true);
         converge(&s, &mut snap);
         let status = snap.mcas["c1"].status.clone().expect("status");
         assert_eq!(
@@ -1431,8 +1730,9 @@ mod tests {
             ..settings()
         };
         let mut snap = Snapshot {
-            cma: Some(cma(json!({"type": "Manual"}), json!({}))),
+            cma: Some(cma(json!({"type": "Manual"}), lifecycle_self())),
             mcas: BTreeMap::from([("c1".to_owned(), user_mca("c1"))]),
+            clusters: managed(&["c1"]),
             now: Some(t(0)),
             ..Snapshot::default()
         };
@@ -1445,16 +1745,33 @@ mod tests {
                 .map(|s| s.health_check.mode.as_str()),
             Some("Lease")
         );
-        // Applied is enough to complete without a probe.
+        // Applied and rolled out is done: no Available probe is consulted.
         let mut w = snap.works["c1"].as_ref().clone();
-        w.status = serde_json::from_value(json!({"conditions": [
-            {"type": "Applied", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1},
-            {"type": "Available", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]})).ok();
-        snap.works.insert("c1".into(), Arc::new(w));
+        let deployment = w.spec.manifest_configs[0].resource_identifier.clone();
+        w.status = serde_json::from_value(json!({
+            "conditions": [
+                {"type": "Applied", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1},
+                {"type": "Available", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}],
+            "resourceStatus": {"manifests": [{
+                "resourceMeta": {"ordinal": 5, "group": "apps", "version": "v1", "kind": "Deployment", "resource": "deployments",
+                                 "namespace": deployment.namespace, "name": deployment.name},
+                "conditions": [{"type": "RolledOut", "status": "True", "reason": "R", "message": "",
+                                "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}]}
+        }))
+        .ok();
+        snap.works.insert("c1".into(), Arc::new(w.clone()));
         converge(&s, &mut snap);
         assert_eq!(
             cond(&snap, "c1", "Progressing"),
             Some(("False", "Completed"))
+        );
+        // Not rolled out (the rule evaluated for an older generation): still progressing.
+        w.metadata.generation = Some(2);
+        snap.works.insert("c1".into(), Arc::new(w));
+        converge(&s, &mut snap);
+        assert_eq!(
+            cond(&snap, "c1", "Progressing"),
+            Some(("True", "Progressing"))
         );
     }
 
@@ -1467,13 +1784,14 @@ mod tests {
                     json!({"type": "ProgressivePerGroup", "progressivePerGroup": {
                     "mandatoryDecisionGroups": [{"groupName": "canary"}], "progressDeadline": "10m", "maxFailures": 1}}),
                 ),
-                json!({}),
+                lifecycle_self(),
             )),
             decisions: vec![
                 decision("d1", Some((0, "canary")), &["c1"]),
                 decision("d2", Some((1, "")), &["c2"]),
                 decision("d3", Some((2, "")), &["c3"]),
             ],
+            clusters: managed(&["c1", "c2", "c3"]),
             now: Some(t(0)),
             ..Snapshot::default()
         };
@@ -1483,7 +1801,7 @@ mod tests {
             cond(&snap, "c2", "Progressing"),
             Some(("False", "WaitingForCanary"))
         );
-        report(&mut snap, "c1", true);
+        report_work_in_memory(&mut snap, "c1", true);
         converge(&s, &mut snap);
         assert_eq!(snap.works.keys().collect::<Vec<_>>(), ["c1", "c2"]);
         // A group that does not come up holds the next one until its deadline.
@@ -1496,8 +1814,8 @@ mod tests {
         converge(&s, &mut snap);
         // Timed out counts as failed (upstream): within maxFailures, the rollout moves on.
         assert!(snap.works.contains_key("c3"), "the deadline passed");
-        report(&mut snap, "c2", true);
-        report(&mut snap, "c3", true);
+        report_work_in_memory(&mut snap, "c2", true);
+        report_work_in_memory(&mut snap, "c3", true);
         converge(&s, &mut snap);
 
         // A new image: the canary first, and a failing canary stops it.
@@ -1527,7 +1845,7 @@ mod tests {
             (hash(&snap, "c2"), hash(&snap, "c3")),
             (before[1].clone(), before[2].clone())
         );
-        report(&mut snap, "c1", false);
+        report_work_in_memory(&mut snap, "c1", false);
         snap.now = Some(t(10_000));
         converge(&s2, &mut snap);
         assert_eq!(cond(&snap, "c1", "Progressing"), Some(("False", "Failed")));
@@ -1536,17 +1854,252 @@ mod tests {
             before[1],
             "a failed mandatory group stops the rollout, even past its deadline"
         );
-        report(&mut snap, "c1", true);
+        report_work_in_memory(&mut snap, "c1", true);
         converge(&s2, &mut snap);
         assert_ne!(hash(&snap, "c2"), before[1]);
+    }
+
+    #[test]
+    fn progressive_takes_the_placements_group_size() {
+        let s = settings();
+        let placement: Placement = serde_json::from_value(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+            "kind": "Placement",
+            "metadata": {"name": "fleet", "namespace": "p"},
+            "spec": {"decisionStrategy": {"groupStrategy": {"clustersPerDecisionGroup": 2}}}
+        }))
+        .expect("a placement");
+        let mut snap = Snapshot {
+            cma: Some(cma(
+                placements(json!({"type": "Progressive"})),
+                lifecycle_self(),
+            )),
+            decisions: vec![decision("d1", Some((0, "")), &["c1", "c2", "c3"])],
+            placements: BTreeMap::from([(
+                ("p".to_owned(), "fleet".to_owned()),
+                Arc::new(placement),
+            )]),
+            clusters: managed(&["c1", "c2", "c3"]),
+            now: Some(t(0)),
+            ..Snapshot::default()
+        };
+        converge(&s, &mut snap);
+        assert_eq!(snap.works.keys().collect::<Vec<_>>(), ["c1", "c2"]);
+        report_work_in_memory(&mut snap, "c1", true);
+        converge(&s, &mut snap);
+        assert_eq!(snap.works.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"]);
+        // Without the placement: no limit.
+        snap.placements.clear();
+        snap.works.clear();
+        converge(&s, &mut snap);
+        assert_eq!(snap.works.len(), 3);
+    }
+
+    #[test]
+    fn review_cases() {
+        let s = settings();
+        let base = || Snapshot {
+            cma: Some(cma(placements(json!({"type": "All"})), lifecycle_self())),
+            decisions: vec![decision("d1", None, &["c1", "c2"])],
+            clusters: managed(&["c1", "c2"]),
+            now: Some(t(0)),
+            ..Snapshot::default()
+        };
+
+        // New MCAs carry the cluster's add-on annotations, and only those.
+        let mut snap = base();
+        converge(&s, &mut snap);
+        assert_eq!(
+            snap.mcas["c1"].metadata.annotations,
+            Some(BTreeMap::from([(
+                "addon.open-cluster-management.io/values".to_owned(),
+                "{}".to_owned()
+            )]))
+        );
+
+        // Switching to Manual keeps the add-ons.
+        let mut manual = snap.cma.as_deref().cloned().expect("cma");
+        manual.spec.install_strategy.type_ = "Manual".into();
+        snap.cma = Some(Arc::new(manual));
+        converge(&s, &mut snap);
+        assert_eq!(snap.mcas.len(), 2);
+
+        // A hand-edited work spec is put back; an extra owner is tolerated.
+        let mut snap = base();
+        converge(&s, &mut snap);
+        let mut w = snap.works["c1"].as_ref().clone();
+        w.spec.workload.manifests.pop();
+        w.metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "other".into(),
+                uid: "other-uid".into(),
+                ..Default::default()
+            });
+        snap.works.insert("c1".into(), Arc::new(w));
+        let p = plan(&s, &snap);
+        assert_eq!(kinds(&p.actions), [("apply_work", Some("c1"))]);
+        apply_in_memory(&mut snap, &p.actions);
+        let mut w = snap.works["c1"].as_ref().clone();
+        w.metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(OwnerReference {
+                uid: "other-uid".into(),
+                ..Default::default()
+            });
+        snap.works.insert("c1".into(), Arc::new(w));
+        assert_eq!(plan(&s, &snap).actions, []);
+
+        // What the add-on did not own is not deleted.
+        let mut stray = snap.works["c1"].as_ref().clone();
+        stray.metadata.namespace = Some("c9".into());
+        stray.metadata.owner_references = None;
+        snap.works.insert("c9".into(), Arc::new(stray));
+        assert_eq!(plan(&s, &snap).actions, []);
+
+        // The token driver: the agent's own subject is kept and bound.
+        let mut snap = base();
+        converge(&s, &mut snap);
+        let mut m = snap.mcas["c1"].as_ref().clone();
+        let st = m.status.get_or_insert_with(Default::default);
+        st.kube_client_driver = "token".into();
+        st.registrations[0].subject = ocm_api::addon::v1alpha1::Subject {
+            user: "system:serviceaccount:agents:ruc-agent".into(),
+            groups: vec!["system:serviceaccounts:agents".into()],
+            organization_units: Vec::new(),
+        };
+        snap.mcas.insert("c1".into(), Arc::new(m));
+        converge(&s, &mut snap);
+        let status = snap.mcas["c1"].status.clone().expect("status");
+        assert_eq!(
+            status.registrations[0].subject.user,
+            "system:serviceaccount:agents:ruc-agent"
+        );
+        let subjects: Vec<String> = snap.bindings["c1"]
+            .subjects
+            .iter()
+            .flatten()
+            .map(|x| x.name.clone())
+            .collect();
+        assert_eq!(
+            subjects,
+            [
+                "system:serviceaccount:agents:ruc-agent",
+                "system:serviceaccounts:agents"
+            ]
+        );
+
+        // While the cluster is Unknown, Available is left to the hub's registration controller.
+        let mut snap = base();
+        converge(&s, &mut snap);
+        let mut c = snap.clusters["c1"].as_ref().clone();
+        c.status = serde_json::from_value(json!({"conditions": [{"type": "ManagedClusterConditionAvailable",
+            "status": "Unknown", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})).ok();
+        snap.clusters.insert("c1".into(), Arc::new(c));
+        let mut m = snap.mcas["c1"].as_ref().clone();
+        conditions::set(
+            &mut m.status.get_or_insert_with(Default::default).conditions,
+            addon_condition::AVAILABLE,
+            "Unknown",
+            "ClusterUnknown",
+            "copied from the cluster",
+            t(0),
+        );
+        snap.mcas.insert("c1".into(), Arc::new(m));
+        report_work_in_memory(&mut snap, "c1", true);
+        converge(&s, &mut snap);
+        assert_eq!(
+            cond(&snap, "c1", "Available"),
+            Some(("Unknown", "ClusterUnknown"))
+        );
+
+        // A cluster that is gone gets nothing; its add-on is not served.
+        let mut snap = base();
+        snap.clusters.remove("c2");
+        converge(&s, &mut snap);
+        assert!(!snap.mcas.contains_key("c2"));
+        assert!(!snap.works.contains_key("c2"));
+    }
+
+    #[test]
+    fn under_the_addon_manager_it_deploys_the_configs_it_is_given() {
+        let s = settings();
+        let mut m = user_mca("c1").as_ref().clone();
+        m.status = serde_json::from_value(json!({"configReferences": [{
+            "group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
+            "namespace": "hub", "name": "tuned",
+            "desiredConfig": {"namespace": "hub", "name": "tuned", "specHash": ""}}]}))
+        .ok();
+        let spec = AddOnDeploymentConfigSpec {
+            agent_install_namespace: "tuned-ns".into(),
+            ..Default::default()
+        };
+        let mut snap = Snapshot {
+            cma: Some(cma(placements(json!({"type": "All"})), json!({}))),
+            mcas: BTreeMap::from([("c1".to_owned(), Arc::new(m))]),
+            decisions: vec![decision("d1", None, &["c1", "c2"])],
+            clusters: managed(&["c1", "c2"]),
+            configs: BTreeMap::from([(
+                ConfigKey {
+                    namespace: "hub".into(),
+                    name: "tuned".into(),
+                },
+                Config {
+                    spec: Ok(spec),
+                    hash: "h".into(),
+                },
+            )]),
+            now: Some(t(0)),
+            ..Snapshot::default()
+        };
+        let actions = converge(&s, &mut snap);
+        // No install, no configuration or progression of its own; nothing deployed before
+        // the addon-manager has hashed the config.
+        assert!(
+            !kinds(&actions)
+                .iter()
+                .any(|(k, _)| *k == "create_mca" || *k == "patch_cma_status")
+        );
+        assert!(snap.works.is_empty());
+        assert_eq!(cond(&snap, "c1", "Configured"), None);
+        assert_eq!(cond(&snap, "c1", "Progressing"), None);
+        // Hashed: deployed with that config.
+        let mut m = snap.mcas["c1"].as_ref().clone();
+        if let Some(d) = m
+            .status
+            .as_mut()
+            .and_then(|s| s.config_references.first_mut())
+            .and_then(|r| r.desired_config.as_mut())
+        {
+            d.spec_hash = "h".into();
+        }
+        snap.mcas.insert("c1".into(), Arc::new(m));
+        converge(&s, &mut snap);
+        assert_eq!(
+            snap.mcas["c1"]
+                .status
+                .as_ref()
+                .map(|s| s.namespace.as_str()),
+            Some("tuned-ns")
+        );
+        assert!(snap.works.contains_key("c1"));
+        assert_eq!(cond(&snap, "c1", "Progressing"), None);
     }
 
     #[test]
     fn a_bad_strategy_is_reported_and_deploys_nothing() {
         let s = settings();
         let mut snap = Snapshot {
-            cma: Some(cma(placements(json!({"type": "Sideways"})), json!({}))),
+            cma: Some(cma(
+                placements(json!({"type": "Sideways"})),
+                lifecycle_self(),
+            )),
             decisions: vec![decision("d1", None, &["c1"])],
+            clusters: managed(&["c1"]),
             now: Some(t(0)),
             ..Snapshot::default()
         };
@@ -1588,9 +2141,20 @@ mod tests {
             Arc::new(c)
         };
         let mut snap = Snapshot {
-            cma: Some(cma(json!({"type": "Manual"}), json!({}))),
-            mcas: BTreeMap::from([("c1".to_owned(), user_mca("c1"))]),
-            csrs: vec![csr("a", "c1"), csr("b", "c2")],
+            cma: Some(cma(json!({"type": "Manual"}), lifecycle_self())),
+            // c3 has the add-on but the hub does not accept the cluster.
+            mcas: BTreeMap::from([
+                ("c1".to_owned(), user_mca("c1")),
+                ("c3".to_owned(), user_mca("c3")),
+            ]),
+            csrs: vec![csr("a", "c1"), csr("b", "c2"), csr("c", "c3")],
+            clusters: {
+                let mut c = managed(&["c1", "c2", "c3"]);
+                let mut c3 = c["c3"].as_ref().clone();
+                c3.spec.hub_accepts_client = false;
+                c.insert("c3".into(), Arc::new(c3));
+                c
+            },
             now: Some(t(0)),
             ..Snapshot::default()
         };
@@ -1599,6 +2163,12 @@ mod tests {
             .iter()
             .filter(|a| a.kind() == "approve_csr")
             .collect();
-        assert_eq!(approvals, [&Action::ApproveCsr { name: "a".into() }]);
+        assert_eq!(
+            approvals,
+            [&Action::ApproveCsr {
+                name: "a".into(),
+                resource_version: None
+            }]
+        );
     }
 }

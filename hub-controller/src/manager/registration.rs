@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use ocm_api::addon::v1alpha1::{RegistrationConfig, Subject};
 use ocm_api::wellknown::label;
 use score_provider::manifests;
@@ -52,22 +52,29 @@ pub enum PermissionError {
     Render(#[from] manifests::RenderError),
     #[error("the hub permission manifests are not a Role and a RoleBinding: {0}")]
     Shape(#[from] serde_json::Error),
+    #[error("the registration has no subject yet")]
+    NoSubject,
 }
 
 /// The agent's hub permission in its cluster namespace (`addon-manifests/hub/`): a Role on
 /// `addonplacementscores` and its status, bound to the registration subject; labelled with the
 /// add-on name (what the manager watches) and owned by the ManagedClusterAddOn.
+/// `subject`: the registration subject (its user, and its first group: the per-cluster one
+/// for the default subject); an empty one has no permission to give.
 pub fn hub_permission(
     cluster: &str,
     addon: &str,
-    agent: &str,
+    subject: &Subject,
     owner: OwnerReference,
 ) -> Result<(Role, RoleBinding), PermissionError> {
+    let (Some(group), false) = (subject.groups.first(), subject.user.is_empty()) else {
+        return Err(PermissionError::NoSubject);
+    };
     let values: BTreeMap<&str, String> = [
         ("ADDON_NAME", addon.to_owned()),
         ("CLUSTER_NAME", cluster.to_owned()),
-        ("AGENT_USER", default_user(cluster, addon, agent)),
-        ("AGENT_GROUP", default_groups(cluster, addon)[0].clone()),
+        ("AGENT_USER", subject.user.clone()),
+        ("AGENT_GROUP", group.clone()),
     ]
     .into_iter()
     .collect();
@@ -95,10 +102,7 @@ pub fn binding_matches(observed: &RoleBinding, desired: &RoleBinding) -> bool {
         && owned_meta_matches(&observed.metadata, &desired.metadata)
 }
 
-fn owned_meta_matches(
-    observed: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    desired: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> bool {
+fn owned_meta_matches(observed: &ObjectMeta, desired: &ObjectMeta) -> bool {
     let labels_ok = desired.labels.iter().flatten().all(|(k, v)| {
         observed
             .labels
@@ -106,7 +110,18 @@ fn owned_meta_matches(
             .and_then(|l| l.get(k))
             .is_some_and(|o| o == v)
     });
-    labels_ok && observed.owner_references == desired.owner_references
+    labels_ok && owners_include(observed, desired)
+}
+
+/// Every owner of `desired` is among `observed`'s (by uid; others may add theirs).
+pub fn owners_include(observed: &ObjectMeta, desired: &ObjectMeta) -> bool {
+    desired.owner_references.iter().flatten().all(|d| {
+        observed
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == d.uid && o.controller == d.controller)
+    })
 }
 
 /// Why a CSR is not approved (for the debug log; every other CSR is left alone).
@@ -390,7 +405,8 @@ mod tests {
             controller: Some(true),
             block_owner_deletion: Some(true),
         };
-        let (role, binding) = hub_permission("c1", ADDON, AGENT, owner).expect("renders");
+        let subject = registrations("c1", ADDON, AGENT).remove(0).subject;
+        let (role, binding) = hub_permission("c1", ADDON, &subject, owner).expect("renders");
         assert_eq!(role.metadata.namespace.as_deref(), Some("c1"));
         let resources: Vec<&str> = role
             .rules

@@ -16,12 +16,20 @@ use ocm_api::addon::v1alpha1::{
     NodePlacement,
 };
 use ocm_api::work::v1::{
-    FeedbackRule, Manifest, ManifestConfigOption, ManifestWorkSpec, ManifestsTemplate,
-    ResourceIdentifier,
+    ConditionRule, FeedbackRule, Manifest, ManifestConfigOption, ManifestWorkSpec,
+    ManifestsTemplate, ResourceIdentifier,
 };
 use ring::digest::{SHA256, digest};
 use score_provider::manifests;
 use serde_json::{Map, Value};
+
+/// On the work and on the agent's Deployment: the hash of the rendering (see [`Rendered::hash`]).
+pub const RENDERING_HASH: &str = "addon.ocm-placement.io/rendering-hash";
+
+/// The manifest condition a CEL rule sets on the agent's Deployment once every replica runs
+/// this rendering; what a rollout counts as done (the old pod staying Ready during a rolling
+/// update, or a crash-looping new one, is not done).
+pub const ROLLED_OUT: &str = "RolledOut";
 
 /// Template values the manager sets; a customized variable of the same name is ignored, as
 /// upstream's built-in values win over user values.
@@ -40,7 +48,7 @@ const CONTAINER_ID_RESOURCES: [&str; 8] = [
 ];
 
 /// What every cluster's rendering shares (the manager's settings).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentTemplate {
     pub addon_name: String,
     pub image: String,
@@ -149,11 +157,51 @@ fn render_templates(
         executor: None,
     };
     let hash = spec_hash(&spec)?;
+    let spec = stamp(spec, &hash);
     Ok(Rendered {
         install_namespace: namespace,
         spec,
         hash,
     })
+}
+
+/// Marks each Deployment with the rendering's hash and asks the work agent for [`ROLLED_OUT`]:
+/// the Deployment carries this hash, its controller has seen its generation, and every replica
+/// is updated (at least one available). The hash in the rule keeps an evaluation of the old
+/// object, before the work agent applied the new one, from counting.
+fn stamp(mut spec: ManifestWorkSpec, hash: &str) -> ManifestWorkSpec {
+    for m in &mut spec.workload.manifests {
+        if m.raw["kind"] == "Deployment"
+            && let Some(meta) = m.raw.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            let annotations = meta
+                .entry("annotations")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Some(a) = annotations.as_object_mut() {
+                a.insert(RENDERING_HASH.to_owned(), Value::String(hash.to_owned()));
+            }
+        }
+    }
+    for c in &mut spec.manifest_configs {
+        if c.resource_identifier.resource == "deployments" {
+            c.condition_rules = vec![ConditionRule {
+                condition: ROLLED_OUT.to_owned(),
+                type_: "CEL".to_owned(),
+                cel_expressions: vec![
+                    format!(
+                        "has(object.metadata.annotations) && object.metadata.annotations['{RENDERING_HASH}'] == '{hash}'"
+                    ),
+                    "object.metadata.generation == object.status.observedGeneration".to_owned(),
+                    "(has(object.status.updatedReplicas) ? object.status.updatedReplicas : 0) == object.spec.replicas".to_owned(),
+                    "(has(object.status.replicas) ? object.status.replicas : 0) == object.spec.replicas".to_owned(),
+                    "object.spec.replicas == 0 || (has(object.status.availableReplicas) && object.status.availableReplicas >= 1)".to_owned(),
+                ],
+                message: "every replica of the agent runs this rendering".to_owned(),
+                message_expression: String::new(),
+            }];
+        }
+    }
+    spec
 }
 
 /// Lowercase hex SHA-256 of `spec`'s canonical JSON.
@@ -792,6 +840,50 @@ mod tests {
         serde_json::to_value(&rendered.spec).unwrap()
     }
 
+    /// The spec without the rollout stamp (hash annotation, RolledOut rule), which differs with
+    /// every change: what decoration tests compare.
+    fn unstamped(rendered: &Rendered) -> Value {
+        let mut v = spec_json(rendered);
+        for m in v["workload"]["manifests"].as_array_mut().unwrap() {
+            let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                a.remove(RENDERING_HASH);
+                if a.is_empty() {
+                    meta.remove("annotations");
+                }
+            }
+        }
+        for c in v["manifestConfigs"].as_array_mut().unwrap() {
+            c.as_object_mut().unwrap().remove("conditionRules");
+        }
+        v
+    }
+
+    #[test]
+    fn the_deployment_is_stamped_for_the_rollout() {
+        let r = render(&template(), "c1", None).unwrap();
+        let v = spec_json(&r);
+        let d = index_of_kind(&v, "Deployment");
+        assert_eq!(
+            v["workload"]["manifests"][d]["metadata"]["annotations"][RENDERING_HASH],
+            json!(r.hash)
+        );
+        let rule = &v["manifestConfigs"][0]["conditionRules"][0];
+        assert_eq!(rule["condition"], json!(ROLLED_OUT));
+        assert_eq!(rule["type"], json!("CEL"));
+        assert!(
+            rule["celExpressions"][0]
+                .as_str()
+                .unwrap()
+                .contains(&r.hash)
+        );
+        // The hash is of the unstamped rendering: stamping does not change what it names.
+        let other = render(&template(), "c2", None).unwrap();
+        assert_ne!(r.hash, other.hash);
+    }
+
     /// Sets (or with `None` removes) what `pointer` names; its parent must exist.
     fn set(value: &mut Value, pointer: &str, to: Option<Value>) {
         let (parent, last) = pointer.rsplit_once('/').unwrap();
@@ -845,7 +937,6 @@ mod tests {
             // What a client reads back from the file is the same spec, with the same hash.
             let spec: ManifestWorkSpec = serde_json::from_value(expected).unwrap();
             assert_eq!(spec, rendered.spec, "{file}");
-            assert_eq!(spec_hash(&spec).unwrap(), rendered.hash, "{file}");
         }
     }
 
@@ -863,7 +954,7 @@ mod tests {
         ] {
             let rendered = render(&template(), cluster, adc).unwrap();
             assert_eq!(rendered.install_namespace, namespace);
-            let spec = spec_json(&rendered);
+            let spec = unstamped(&rendered);
             let manifests = spec["workload"]["manifests"].as_array().unwrap();
             let kinds: Vec<&str> = manifests
                 .iter()
@@ -1028,7 +1119,7 @@ mod tests {
                 vec![],
             ),
         ];
-        let baseline = spec_json(&render(&template(), "c1", None).unwrap());
+        let baseline = unstamped(&render(&template(), "c1", None).unwrap());
         let deployment = index_of_kind(&baseline, "Deployment");
         for (name, adc, changes) in cases {
             let mut want = baseline.clone();
@@ -1040,7 +1131,7 @@ mod tests {
                 );
             }
             let got = render(&template(), "c1", Some(&adc)).unwrap();
-            assert_eq!(spec_json(&got), want, "{name}");
+            assert_eq!(unstamped(&got), want, "{name}");
         }
     }
 
@@ -1115,7 +1206,7 @@ spec:
     ];
 
     fn render_shapes(adc: &AddOnDeploymentConfigSpec) -> Result<Value, RenderError> {
-        render_templates(&SHAPES, &template(), "c1", Some(adc)).map(|r| spec_json(&r))
+        render_templates(&SHAPES, &template(), "c1", Some(adc)).map(|r| unstamped(&r))
     }
 
     #[test]
