@@ -18,7 +18,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use ocm_api::ManagedCluster;
 use ocm_api::addon::v1alpha1::{
     AddOnDeploymentConfig, AddOnDeploymentConfigSpec, ClusterManagementAddOn, ManagedClusterAddOn,
@@ -225,14 +225,16 @@ pub async fn run(
                 Api::<DynamicObject>::all_with(client.clone(), &ar),
                 watcher::Config::default(),
                 "AddOnDeploymentConfig",
+                |_| {},
             );
             reader
         },
-        works: ctx.watch(
+        works: ctx.watch_slim(
             &mut tasks,
             Api::all(client.clone()),
             by_label.clone(),
             "ManifestWork",
+            plan::slim_work,
         ),
         roles: ctx.watch(
             &mut tasks,
@@ -371,9 +373,25 @@ impl WatchCtx {
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
+        self.watch_slim(tasks, api, config, kind, |_| {})
+    }
+
+    /// [`Self::watch`], keeping each object as `slim` leaves it.
+    fn watch_slim<K>(
+        &self,
+        tasks: &mut tokio::task::JoinSet<()>,
+        api: Api<K>,
+        config: watcher::Config,
+        kind: &'static str,
+        slim: fn(&mut K),
+    ) -> Store<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
         let writer = reflector::store::Writer::default();
         let reader = writer.as_reader();
-        self.spawn(tasks, writer, api, config, kind);
+        self.spawn(tasks, writer, api, config, kind, slim);
         reader
     }
 
@@ -384,14 +402,21 @@ impl WatchCtx {
         api: Api<K>,
         config: watcher::Config,
         kind: &'static str,
+        slim: fn(&mut K),
     ) where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Eq + Hash + Clone + Send + Sync,
     {
         let ctx = self.clone();
         tasks.spawn(async move {
-            let stream =
-                reflector::reflector(writer, watcher::watcher(api, config)).default_backoff();
+            // managedFields are half of an object as served and nothing here reads them.
+            let events = watcher::watcher(api, config)
+                .default_backoff()
+                .modify(move |o| {
+                    o.managed_fields_mut().clear();
+                    slim(o);
+                });
+            let stream = reflector::reflector(writer, events);
             futures::pin_mut!(stream);
             let mut synced = false;
             loop {

@@ -2,7 +2,7 @@
 //! the writes that bring the hub to the desired state out. Deterministic (the clock is in the
 //! snapshot), so a pass over an unchanged hub plans nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use ocm_api::addon::v1alpha1::{
 use ocm_api::cluster::v1beta1::{Placement, PlacementDecision};
 use ocm_api::conditions;
 use ocm_api::wellknown::{addon_condition, annotation, cluster_condition, group, label};
-use ocm_api::work::v1::ManifestWork;
+use ocm_api::work::v1::{ManifestWork, ManifestWorkSpec};
 
 use super::health;
 use super::install::{self, ADC_RESOURCE, ConfigKey};
@@ -203,6 +203,8 @@ struct Cluster<'a> {
     config: Option<ConfigKey>,
     config_hash: Option<String>,
     rendered: Result<Arc<Rendered>, String>,
+    /// The config the rendering used (a write renders again with it).
+    adc: Option<AddOnDeploymentConfigSpec>,
     work: Option<&'a ManifestWork>,
     up_to_date: bool,
     status: ManagedClusterAddOnStatus,
@@ -220,9 +222,6 @@ pub struct Renders {
     /// The hub permission by (cluster, user, group, owner uid): its templates are YAML too.
     permissions: HashMap<PermissionKey, Permission>,
     permissions_used: HashMap<PermissionKey, Permission>,
-    /// Works (namespace, resourceVersion, rendering hash) whose spec was seen to equal it.
-    verified: HashSet<(String, String, String)>,
-    verified_now: HashSet<(String, String, String)>,
 }
 
 type PermissionKey = (String, String, String, String);
@@ -249,8 +248,12 @@ impl Renders {
         }
         let r = match self.previous.remove(&key) {
             Some(r) => r,
+            // Kept without the spec (most of a rendering's memory); a write renders again.
             None => render::render(t, cluster, adc)
-                .map(Arc::new)
+                .map(|mut r| {
+                    r.spec = ManifestWorkSpec::default();
+                    Arc::new(r)
+                })
                 .map_err(|e| e.to_string()),
         };
         self.current.insert(key, r.clone());
@@ -288,7 +291,6 @@ impl Renders {
     fn rotate(&mut self) {
         self.previous = std::mem::take(&mut self.current);
         self.permissions = std::mem::take(&mut self.permissions_used);
-        self.verified = std::mem::take(&mut self.verified_now);
     }
 }
 
@@ -550,9 +552,17 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
         match &c.rendered {
             Ok(rendered) => {
                 let config = c.config.as_ref().zip(c.config_hash.as_deref());
-                let desired = || work_object(settings, c.name, rendered, config, owner.clone());
+                // The cache keeps no spec: render it for the write (the same inputs rendered
+                // a moment ago, so this does not fail; if it did, nothing would be written).
+                let desired = || {
+                    render::render(&settings.template, c.name, c.adc.as_ref())
+                        .ok()
+                        .map(|full| {
+                            Box::new(work_object(settings, c.name, &full, config, owner.clone()))
+                        })
+                };
                 if !c.up_to_date && allowed.contains(c.name) {
-                    out.actions.push(Action::ApplyWork(Box::new(desired())));
+                    out.actions.extend(desired().map(Action::ApplyWork));
                     if installs {
                         conditions::set(
                             &mut c.status.conditions,
@@ -581,11 +591,11 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
                     );
                 } else if c
                     .work
-                    .is_some_and(|w| !renders.work_matches(settings, w, rendered, &owner))
+                    .is_some_and(|w| !work_matches(settings, w, rendered, &owner))
                 {
                     // Same rendering, drifted spec or metadata (an edit by hand, a lost owner):
                     // repair, no rollout.
-                    out.actions.push(Action::ApplyWork(Box::new(desired())));
+                    out.actions.extend(desired().map(Action::ApplyWork));
                 }
                 match (work_error, c.work) {
                     (Some(e), _) => conditions::set(
@@ -878,43 +888,48 @@ fn work_current(
         && annotation_of(&observed.metadata, annotation::CONFIG_SPEC_HASH) == config.as_deref()
 }
 
-impl Renders {
-    /// The observed work is the rendering: same spec, our label, our owner among its owners.
-    /// The spec comparison is remembered per resourceVersion (a settled fleet compares none).
-    fn work_matches(
-        &mut self,
-        settings: &Settings,
-        observed: &ManifestWork,
-        rendered: &Rendered,
-        owner: &OwnerReference,
-    ) -> bool {
-        let label_ok = observed
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(label::ADDON_NAME))
-            == Some(&settings.addon);
-        let owner_ok = observed
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.uid == owner.uid && o.controller == owner.controller);
-        let key = (
-            observed.metadata.namespace.clone().unwrap_or_default(),
-            observed
-                .metadata
-                .resource_version
-                .clone()
-                .unwrap_or_default(),
-            rendered.hash.clone(),
-        );
-        let spec_ok = self.verified.contains(&key) || observed.spec == rendered.spec;
-        if spec_ok {
-            self.verified_now.insert(key);
-        }
-        label_ok && owner_ok && spec_ok
+/// In memory only, on a watched work: the [`render::spec_hash`] of its spec, taken when it was
+/// received, whose manifests are then dropped (they are most of a work's size, and nothing
+/// else here reads them).
+pub const OBSERVED_SPEC_HASH: &str = "addon.ocm-placement.io/observed-spec-hash";
+
+/// A work as the plan reads it: the hash of its spec under [`OBSERVED_SPEC_HASH`] instead of
+/// its manifests (most of its size); manifestConfigs, metadata and status stay.
+pub fn slim_work(w: &mut ManifestWork) {
+    if let Ok(hash) = render::spec_hash(&w.spec) {
+        w.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(OBSERVED_SPEC_HASH.to_owned(), hash);
+        w.spec.workload.manifests = Vec::new();
     }
+}
+
+/// The observed work is the rendering: same spec (by hash), our label, our owner among its
+/// owners.
+fn work_matches(
+    settings: &Settings,
+    observed: &ManifestWork,
+    rendered: &Rendered,
+    owner: &OwnerReference,
+) -> bool {
+    let label_ok = observed
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(label::ADDON_NAME))
+        == Some(&settings.addon);
+    let owner_ok = observed
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == owner.uid && o.controller == owner.controller);
+    let spec_hash = match annotation_of(&observed.metadata, OBSERVED_SPEC_HASH) {
+        Some(h) => Some(h.to_owned()),
+        None => render::spec_hash(&observed.spec).ok(),
+    };
+    label_ok && owner_ok && spec_hash.as_deref() == Some(rendered.spec_hash.as_str())
 }
 
 /// `status.defaultconfigReferences`: the CMA's default config with its spec hash.
@@ -1047,6 +1062,7 @@ fn assess<'a>(
         );
     }
     let adc = spec.as_ref().ok().copied().flatten();
+    let adc_owned = adc.cloned();
     status.namespace = render::install_namespace(&settings.template, adc);
     let rendered = spec.and_then(|s| renders.get(&settings.template, name, s));
 
@@ -1145,6 +1161,7 @@ fn assess<'a>(
         config,
         config_hash,
         rendered,
+        adc: adc_owned,
         work,
         up_to_date,
         status,
@@ -1279,9 +1296,13 @@ pub fn apply_in_memory(snap: &mut Snapshot, actions: &[Action]) {
                 let ns = w.metadata.namespace.clone().expect("ns");
                 let old = snap.works.get(&ns);
                 let generation = old.and_then(|o| o.metadata.generation).unwrap_or(0);
-                let changed = old.is_none_or(|o| o.spec != w.spec);
+                let new_hash = render::spec_hash(&w.spec).ok();
+                let changed = old.is_none_or(|o| {
+                    annotation_of(&o.metadata, OBSERVED_SPEC_HASH) != new_hash.as_deref()
+                });
                 w.metadata.generation = Some(generation + i64::from(changed));
                 w.status = old.and_then(|o| o.status.clone());
+                slim_work(&mut w);
                 snap.works.insert(ns, Arc::new(*w));
             }
             Action::DeleteWork { cluster } => {
@@ -1928,7 +1949,11 @@ mod tests {
         let mut snap = base();
         converge(&s, &mut snap);
         let mut w = snap.works["c1"].as_ref().clone();
-        w.spec.workload.manifests.pop();
+        // (Watched works carry their spec's hash; someone edited the spec.)
+        w.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(OBSERVED_SPEC_HASH.into(), "edited".into());
         w.metadata
             .owner_references
             .get_or_insert_with(Vec::new)

@@ -63,9 +63,12 @@ pub struct Rendered {
     /// order) and manifestConfigs (a WellKnownStatus feedback rule for each Deployment and
     /// DaemonSet).
     pub spec: ManifestWorkSpec,
-    /// Lowercase hex SHA-256 of the canonical JSON of `spec` (object keys sorted): what the
-    /// rollout compares to decide whether a cluster's work is current.
+    /// Lowercase hex SHA-256 of the canonical JSON of the spec before the rollout stamp
+    /// (object keys sorted): what the rollout compares to decide whether a cluster's work is
+    /// current.
     pub hash: String,
+    /// [`spec_hash`] of `spec` as it is (stamped): what a stored work's spec is compared by.
+    pub spec_hash: String,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -158,10 +161,12 @@ fn render_templates(
     };
     let hash = spec_hash(&spec)?;
     let spec = stamp(spec, &hash);
+    let stamped = spec_hash(&spec)?;
     Ok(Rendered {
         install_namespace: namespace,
         spec,
         hash,
+        spec_hash: stamped,
     })
 }
 
@@ -204,8 +209,8 @@ fn stamp(mut spec: ManifestWorkSpec, hash: &str) -> ManifestWorkSpec {
     spec
 }
 
-/// Lowercase hex SHA-256 of `spec`'s canonical JSON.
-fn spec_hash(spec: &ManifestWorkSpec) -> Result<String, RenderError> {
+/// Lowercase hex SHA-256 of `spec`'s canonical JSON (object keys sorted).
+pub fn spec_hash(spec: &ManifestWorkSpec) -> Result<String, RenderError> {
     let value = serde_json::to_value(spec).map_err(|e| RenderError::Encode {
         what: "the ManifestWork spec",
         message: e.to_string(),
