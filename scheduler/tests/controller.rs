@@ -19,8 +19,14 @@ async fn recreates_deleted_decisions_and_reports_groups() {
     hub.clusters(&["a", "b", "c", "d", "e"], json!({})).await;
     hub.placement("p", json!({})).await;
     hub.expect("p", &["a", "b", "c", "d", "e"]).await;
-    let p = hub.get_placement("p").await;
-    let groups = p.status.unwrap().decision_groups;
+    // The Placement's status is written after its decisions.
+    let groups = eventually("the placement's decision groups", || async {
+        let p = hub.get_placement("p").await;
+        p.status
+            .map(|s| s.decision_groups)
+            .filter(|g| g.first().is_some_and(|g| g.clusters_count == 5))
+    })
+    .await;
     assert_eq!(groups.len(), 1);
     assert_eq!(groups[0].decisions, ["p-decision-1"]);
     assert_eq!(groups[0].clusters_count, 5);
