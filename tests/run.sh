@@ -19,6 +19,8 @@ done
 start=$SECONDS
 tests/control-plane/build.sh
 echo "control plane ready after $((SECONDS - start))s"
+tests/prometheus/build.sh
+echo "prometheus ready after $((SECONDS - start))s"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

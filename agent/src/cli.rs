@@ -20,9 +20,10 @@ use crate::writer::WriteSettings;
 pub struct ProviderArgs {
     /// The hub kubeconfig (OCM mounts the add-on's at /managed/hub-kubeconfig/kubeconfig).
     /// Relative certificate paths in it are resolved against its folder; it is reloaded when
-    /// it or the files it names change.
+    /// it or the files it names change. Agents need it; a provider that runs on the hub may
+    /// leave it out and use its own client.
     #[arg(long, env = "HUB_KUBECONFIG")]
-    pub hub_kubeconfig: PathBuf,
+    pub hub_kubeconfig: Option<PathBuf>,
     /// Recompute and renew `validUntil` this often.
     #[arg(long, env = "REFRESH_PERIOD", default_value = "60s", value_parser = parse_duration)]
     pub refresh_period: Duration,
@@ -46,6 +47,17 @@ pub struct ProviderArgs {
     pub log: ocm_runtime::LogArgs,
 }
 
+/// A normalisation range `min:max` in quantities (`0:64`, `0:512Gi`, `500m:8`).
+pub fn parse_range(s: &str) -> Result<(f64, f64), String> {
+    let (lo, hi) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?} is not a range like 0:100"))?;
+    let q = |v: &str| ocm_api::quantity::parse(v.trim()).map_err(|e| e.to_string());
+    let (lo, hi) = (q(lo)?, q(hi)?);
+    ocm_api::score::Normaliser::new(lo, hi).map_err(|e| e.to_string())?;
+    Ok((lo, hi))
+}
+
 #[derive(Debug, Error)]
 pub enum CliError {
     #[error("--refresh-period must be between 1s and 24h, got {0:?}")]
@@ -61,6 +73,8 @@ pub enum CliError {
         max: Duration,
         got: Duration,
     },
+    #[error("--hub-kubeconfig is required: the provider writes to the hub with it")]
+    NoHubKubeconfig,
     #[error(transparent)]
     Hub(#[from] HubError),
     #[error(transparent)]
@@ -129,7 +143,11 @@ pub async fn serve<P: ScoreProvider>(
 ) -> Result<(), CliError> {
     let settings = args.settings(score_name, manager)?;
     let user_agent = format!("{manager}/{}", env!("CARGO_PKG_VERSION"));
-    let hub = HubClient::load(&args.hub_kubeconfig, &user_agent).await?;
+    let path = args
+        .hub_kubeconfig
+        .as_ref()
+        .ok_or(CliError::NoHubKubeconfig)?;
+    let hub = HubClient::load(path, &user_agent).await?;
     let listener = args.serve.bind().await?;
     let mut runner = Runner::new(provider, hub, settings);
     if let Some((client, lease)) = lease {

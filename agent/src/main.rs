@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use ocm_api::selector::Selector;
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
 use score_provider::ScoreProvider;
+use score_provider::cli::parse_range;
 use score_provider::lease::LeaseSettings;
 use score_provider::usage::host::HostSource;
 use score_provider::usage::index::NodeFilter;
@@ -124,16 +125,6 @@ struct SourceArgs {
 }
 
 /// `min:max`, each a number or a Kubernetes quantity (`512Gi`, `500m`).
-fn parse_range(s: &str) -> Result<(f64, f64), String> {
-    let (lo, hi) = s
-        .split_once(':')
-        .ok_or_else(|| format!("{s:?} is not a range like 0:100"))?;
-    let q = |v: &str| ocm_api::quantity::parse(v.trim()).map_err(|e| e.to_string());
-    let (lo, hi) = (q(lo)?, q(hi)?);
-    ocm_api::score::Normaliser::new(lo, hi).map_err(|e| e.to_string())?;
-    Ok((lo, hi))
-}
-
 /// `key=value,...` as a label map.
 fn parse_selector(s: &str) -> Result<BTreeMap<String, String>, String> {
     s.split(',')

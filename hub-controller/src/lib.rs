@@ -1,4 +1,6 @@
 //! The hub side of the resource-usage score provider: the add-on manager (`manager`) that
-//! installs the agent on managed clusters through ManifestWorks.
+//! installs the agent on managed clusters through ManifestWorks, and the metrics-backed hub
+//! scorer (`scorer`).
 
 pub mod manager;
+pub mod scorer;

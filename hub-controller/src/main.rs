@@ -6,10 +6,17 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use futures::FutureExt;
-use ocm_api::wellknown::score::RESOURCE_USAGE_ADDON;
+use std::path::PathBuf;
+
+use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
 use resource_usage_hub::manager::controller::{self, AlwaysLeader, Handle, Leader, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;
+use resource_usage_hub::scorer::prom::{PromClient, PromSettings};
+use resource_usage_hub::scorer::provider::{Normalise, PromScorer, ScorerMetrics, ScorerSettings};
+use resource_usage_hub::scorer::queries::Queries;
+use score_provider::usage::requests::Resource;
+use score_provider::usage::scores::Bounds;
 
 /// The hub side of the resource-usage score provider.
 #[derive(Parser)]
@@ -25,6 +32,97 @@ enum Command {
     /// selects (ManagedClusterAddOns, hub RBAC, CSR approval, ManifestWorks), reports health,
     /// and rolls new renderings out by the placements' decision groups.
     Manager(Box<ManagerArgs>),
+    /// The hub scorer: AddOnPlacementScores for every ManagedCluster from fleet metrics in a
+    /// Prometheus-compatible query API (a Thanos Querier), with no agent on the clusters.
+    Scorer(Box<ScorerArgs>),
+}
+
+#[derive(clap::Args)]
+struct ScorerArgs {
+    #[command(flatten)]
+    provider: score_provider::ProviderArgs,
+    /// The hub client when --hub-kubeconfig is not given (in the cluster: its service account).
+    #[command(flatten)]
+    client: ocm_runtime::ClientArgs,
+    #[command(flatten)]
+    leader: ocm_runtime::LeaderArgs,
+    /// The query API root: a Thanos Querier, or any Prometheus-compatible one.
+    #[arg(long, env = "PROMETHEUS_URL")]
+    prometheus_url: String,
+    /// A file holding a bearer token for the query API (read at start).
+    #[arg(long, env = "PROMETHEUS_TOKEN_FILE")]
+    prometheus_token_file: Option<PathBuf>,
+    /// A PEM CA bundle for the query API (default: the system's roots).
+    #[arg(long, env = "PROMETHEUS_CA_FILE")]
+    prometheus_ca_file: Option<PathBuf>,
+    /// An extra request header `Name=value` (repeatable), e.g. a tenant header.
+    #[arg(long = "prometheus-header", value_parser = parse_header)]
+    prometheus_headers: Vec<(String, String)>,
+    /// Per query attempt.
+    #[arg(long, env = "PROMETHEUS_TIMEOUT", default_value = "30s", value_parser = ocm_runtime::leader::parse_duration)]
+    prometheus_timeout: Duration,
+    /// Attempts per query (backoff in between) before the compute fails.
+    #[arg(long, env = "PROMETHEUS_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=10))]
+    prometheus_attempts: u8,
+    /// Send Thanos' `dedup=true&partial_response=false` (Prometheus ignores them).
+    #[arg(long, env = "THANOS_PARAMS", default_value_t = true, action = clap::ArgAction::Set)]
+    thanos_params: bool,
+    /// The series label that holds the ManagedCluster's name.
+    #[arg(long, env = "CLUSTER_LABEL", default_value = "cluster")]
+    cluster_label: String,
+    /// Lookback of every selector (`last_over_time`); at least twice the push interval.
+    #[arg(long, env = "QUERY_WINDOW", default_value = "10m")]
+    window: String,
+    /// Resolution of the freshness subquery: a cluster's newest sample is seen to within it.
+    #[arg(long, env = "FRESHNESS_STEP", default_value = "1m")]
+    freshness_step: String,
+    /// Count the requests of Pending and Running pods only (needs `kube_pod_status_phase`,
+    /// which ACM does not forward by default).
+    #[arg(long, env = "ACTIVE_PODS_ONLY")]
+    active_pods_only: bool,
+    /// Override a query (by cluster label and node; `{{LABEL}}`, `{{WINDOW}}` are filled in).
+    #[arg(long)]
+    query_cpu_allocatable: Option<String>,
+    #[arg(long)]
+    query_cpu_requests: Option<String>,
+    #[arg(long)]
+    query_memory_allocatable: Option<String>,
+    #[arg(long)]
+    query_memory_requests: Option<String>,
+    /// Override the freshness query (by cluster label: Unix seconds of the newest sample).
+    #[arg(long)]
+    query_freshness: Option<String>,
+    /// Usage-based headroom by cluster label, a fraction in [0, 1]; written as `cpuHeadroom`.
+    #[arg(long)]
+    cpu_headroom_query: Option<String>,
+    /// Written as `memHeadroom`.
+    #[arg(long)]
+    memory_headroom_query: Option<String>,
+    /// `absolute` (between the ranges below, as the agent) or `fleet` (min/max across clusters).
+    #[arg(long, env = "NORMALISE", value_enum, default_value_t = Normalise::Absolute)]
+    normalise: Normalise,
+    /// Free CPU (cores) range for absolute normalisation.
+    #[arg(long, env = "CPU_RANGE", value_parser = score_provider::cli::parse_range)]
+    cpu_range: Option<(f64, f64)>,
+    /// Free memory range for absolute normalisation.
+    #[arg(long, env = "MEMORY_RANGE", value_parser = score_provider::cli::parse_range)]
+    memory_range: Option<(f64, f64)>,
+    /// A cluster whose newest sample is older than this is not rated; its scores expire.
+    #[arg(long, env = "MAX_DATA_AGE", default_value = "15m", value_parser = ocm_runtime::leader::parse_duration)]
+    max_data_age: Duration,
+    /// The AddOnPlacementScore to write; a name of its own keeps it apart from agents'.
+    #[arg(long, env = "SCORE_NAME", default_value = RESOURCE_USAGE_SCORE)]
+    score_name: String,
+}
+
+/// The scorer's field manager and `managed-by` label.
+const SCORER: &str = "resource-usage-hub-scorer";
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{s:?} is not Name=value"))
 }
 
 #[derive(clap::Args)]
@@ -77,6 +175,11 @@ fn main() -> ExitCode {
             .build()
             .map_err(Into::into)
             .and_then(|rt| rt.block_on(manager(*args))),
+        Command::Scorer(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(Into::into)
+            .and_then(|rt| rt.block_on(scorer(*args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -158,5 +261,116 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
         leader,
     };
     controller::run(client, handle, options, shutdown).await;
+    Ok(())
+}
+
+async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
+    ocm_runtime::logging::init(&args.provider.log)?;
+    let settings = args.provider.settings(&args.score_name, SCORER)?;
+    let user_agent = concat!("resource-usage-hub-scorer/", env!("CARGO_PKG_VERSION"));
+    let hub = match &args.provider.hub_kubeconfig {
+        Some(path) => score_provider::HubClient::load(path, user_agent).await?,
+        None => {
+            score_provider::HubClient::fixed(ocm_runtime::client(&args.client, user_agent).await?)
+        }
+    };
+    let token = match &args.prometheus_token_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| format!("--prometheus-token-file {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let prom = PromClient::new(PromSettings {
+        url: args.prometheus_url.clone(),
+        bearer_token: token,
+        ca_file: args.prometheus_ca_file.clone(),
+        headers: args.prometheus_headers.clone(),
+        timeout: args.prometheus_timeout,
+        attempts: usize::from(args.prometheus_attempts),
+        thanos: args.thanos_params,
+    })?;
+    let mut bounds = Bounds::default();
+    if let Some((lo, hi)) = args.cpu_range {
+        bounds.set(Resource::Cpu, lo, hi)?;
+    }
+    if let Some((lo, hi)) = args.memory_range {
+        bounds.set(Resource::Memory, lo, hi)?;
+    }
+    let queries = Queries {
+        label: args.cluster_label.clone(),
+        window: args.window.clone(),
+        step: args.freshness_step.clone(),
+        active_pods_only: args.active_pods_only,
+        cpu_allocatable: args.query_cpu_allocatable.clone(),
+        cpu_requests: args.query_cpu_requests.clone(),
+        memory_allocatable: args.query_memory_allocatable.clone(),
+        memory_requests: args.query_memory_requests.clone(),
+        freshness: args.query_freshness.clone(),
+        cpu_headroom: args.cpu_headroom_query.clone(),
+        memory_headroom: args.memory_headroom_query.clone(),
+    };
+    let scorer_metrics = ScorerMetrics::default();
+    let provider = PromScorer::new(
+        prom,
+        ScorerSettings {
+            queries,
+            normalise: args.normalise,
+            bounds,
+            max_data_age: args.max_data_age,
+            score_name: args.score_name.clone(),
+            manager: SCORER.to_owned(),
+        },
+        hub.client(),
+        scorer_metrics.clone(),
+    );
+
+    let shutdown = ocm_runtime::signal().shared();
+    let runner = score_provider::Runner::new(provider, hub.clone(), settings);
+    let mut registry = prometheus_client::registry::Registry::default();
+    runner.metrics().register(&mut registry);
+    scorer_metrics.register(&mut registry);
+    let listener = args.provider.serve.bind().await?;
+    tokio::spawn(ocm_runtime::serve_metrics(
+        listener,
+        Arc::new(registry),
+        runner.health(),
+        shutdown.clone(),
+    ));
+
+    // Only the leader queries and writes; a replica that loses the lease exits (and restarts
+    // as a standby), as client-go controllers do.
+    let mut lost: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+        Box::pin(futures::future::pending());
+    if let Some(elector) = args.leader.elector(hub.client(), SCORER)? {
+        let mut leadership = elector.leadership();
+        tracing::info!(identity = elector.identity(), "leader election on");
+        tokio::spawn(elector.run(shutdown.clone()));
+        tokio::select! {
+            _ = leadership.wait_leader() => {}
+            _ = shutdown.clone() => return Ok(()),
+        }
+        lost = Box::pin(async move { leadership.lost().await });
+    }
+    tracing::info!(url = %args.prometheus_url, score = %args.score_name, "hub scorer running");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = shutdown.clone();
+    let lost_lease = tokio::spawn(async move {
+        tokio::select! {
+            _ = lost => { let _ = tx.send(()); true }
+            _ = stop => false,
+        }
+    });
+    runner
+        .run(async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = rx => {}
+            }
+        })
+        .await;
+    if lost_lease.await.unwrap_or(false) {
+        return Err("lost the leader lease".into());
+    }
     Ok(())
 }

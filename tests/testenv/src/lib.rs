@@ -22,6 +22,7 @@ pub mod http;
 pub mod paths;
 pub mod process;
 pub mod procfs;
+pub mod prometheus;
 
 mod control_plane;
 mod pki;
@@ -29,6 +30,7 @@ mod pki;
 pub use control_plane::{ControlPlane, Options};
 pub use crds::{install_crds, namespace, upstream_crds};
 pub use pki::{ClientCertificate, certificate_request};
+pub use prometheus::{Exporter, Prometheus};
 
 use std::path::PathBuf;
 
@@ -39,6 +41,10 @@ pub enum Error {
         "{what} not found at {path}: run tests/control-plane/build.sh (it builds the pinned versions into the cache)"
     )]
     MissingBinary { what: &'static str, path: PathBuf },
+    #[error(
+        "no Prometheus binary ({reason}): run tests/prometheus/build.sh or tests/run.sh (they install Debian's prometheus into the cache), or set OCM_PROMETHEUS"
+    )]
+    MissingPrometheus { reason: String },
     #[error("cannot {action}: {source}")]
     Io {
         action: String,

@@ -1,0 +1,451 @@
+//! A client of the Prometheus HTTP query API (`/api/v1/query`), which Thanos Querier and every
+//! Prometheus-compatible store serve: bearer token, extra headers, a CA bundle, a timeout per
+//! attempt and retries with backoff for what a retry can fix.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+use thiserror::Error;
+
+type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
+
+/// How to reach the query API.
+#[derive(Clone, Debug)]
+pub struct PromSettings {
+    /// The API root, e.g. `https://thanos-querier.observability:9091` (a path prefix is kept).
+    pub url: String,
+    pub bearer_token: Option<String>,
+    /// PEM CA bundle to trust instead of the system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    pub headers: Vec<(String, String)>,
+    /// Per attempt.
+    pub timeout: Duration,
+    /// Attempts per query (1 = no retry).
+    pub attempts: usize,
+    /// Thanos' `dedup` and `partial_response=false`: deduplicated replicas, and an error rather
+    /// than a silently partial answer.
+    pub thanos: bool,
+}
+
+#[derive(Debug, Error)]
+pub enum PromError {
+    #[error("bad query URL {0}: {1}")]
+    Url(String, String),
+    #[error("reading the CA bundle {0}: {1}")]
+    Ca(String, String),
+    #[error("bad header {0:?}: {1}")]
+    Header(String, String),
+    #[error("query API unreachable: {0}")]
+    Transport(String),
+    #[error("query API timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("query API answered HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("query failed ({kind}): {message}")]
+    Query { kind: String, message: String },
+    #[error("unexpected answer: {0}")]
+    Decode(String),
+}
+
+impl PromError {
+    /// Worth another attempt: the server may be restarting or overloaded.
+    fn transient(&self) -> bool {
+        match self {
+            PromError::Transport(_) | PromError::Timeout(_) => true,
+            PromError::Status { status, .. } => *status == 429 || *status >= 500,
+            _ => false,
+        }
+    }
+}
+
+/// One sample of an instant vector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// The query client.
+#[derive(Clone)]
+pub struct PromClient {
+    client: Client<Connector, Full<Bytes>>,
+    base: String,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    settings: PromSettings,
+}
+
+impl std::fmt::Debug for PromClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromClient")
+            .field("url", &self.base)
+            .finish()
+    }
+}
+
+impl PromClient {
+    pub fn new(settings: PromSettings) -> Result<Self, PromError> {
+        let base = settings.url.trim_end_matches('/').to_owned();
+        base.parse::<Uri>()
+            .map_err(|e| PromError::Url(base.clone(), e.to_string()))
+            .and_then(|u| match u.scheme_str() {
+                Some("http" | "https") if u.host().is_some() => Ok(()),
+                _ => Err(PromError::Url(
+                    base.clone(),
+                    "want http(s)://host[:port][/prefix]".into(),
+                )),
+            })?;
+        let mut roots = rustls::RootCertStore::empty();
+        match &settings.ca_file {
+            Some(path) => add_pem(&mut roots, path)?,
+            None => {
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    // A system certificate rustls cannot read is not ours to fix.
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| PromError::Ca("TLS setup".into(), e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        let mut headers = Vec::new();
+        for (k, v) in &settings.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| PromError::Header(k.clone(), e.to_string()))?;
+            let value = HeaderValue::from_str(v)
+                .map_err(|e| PromError::Header(k.clone(), e.to_string()))?;
+            headers.push((name, value));
+        }
+        if let Some(token) = &settings.bearer_token {
+            let mut value = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+                .map_err(|e| PromError::Header("Authorization".into(), e.to_string()))?;
+            value.set_sensitive(true);
+            headers.push((http::header::AUTHORIZATION, value));
+        }
+        Ok(Self {
+            client,
+            base,
+            headers,
+            settings,
+        })
+    }
+
+    /// An instant query, now. Retries transient failures with jittered backoff.
+    pub async fn query(&self, promql: &str) -> Result<Vec<Sample>, PromError> {
+        let attempt = || async { self.query_once(promql).await };
+        attempt
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(200))
+                    .with_max_delay(Duration::from_secs(5))
+                    .with_max_times(self.settings.attempts.saturating_sub(1))
+                    .with_jitter(),
+            )
+            .when(PromError::transient)
+            .await
+    }
+
+    async fn query_once(&self, promql: &str) -> Result<Vec<Sample>, PromError> {
+        let mut form = format!("query={}", encode(promql));
+        if self.settings.thanos {
+            form.push_str("&dedup=true&partial_response=false");
+        }
+        let mut req = Request::post(format!("{}/api/v1/query", self.base))
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .header(http::header::ACCEPT, "application/json");
+        for (k, v) in &self.headers {
+            req = req.header(k, v);
+        }
+        let req = req
+            .body(Full::new(Bytes::from(form)))
+            .map_err(|e| PromError::Url(self.base.clone(), e.to_string()))?;
+        let timeout = self.settings.timeout;
+        let exchange = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|e| PromError::Transport(error_chain(&e)))?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| PromError::Transport(e.to_string()))?
+                .to_bytes();
+            Ok::<_, PromError>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| PromError::Timeout(timeout))??;
+        decode(status, &body)
+    }
+}
+
+fn add_pem(roots: &mut rustls::RootCertStore, path: &Path) -> Result<(), PromError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let shown = path.display().to_string();
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| PromError::Ca(shown.clone(), e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PromError::Ca(shown.clone(), e.to_string()))?;
+    if certs.is_empty() {
+        return Err(PromError::Ca(shown, "no certificate in it".into()));
+    }
+    for c in certs {
+        roots
+            .add(c)
+            .map_err(|e| PromError::Ca(shown.clone(), e.to_string()))?;
+    }
+    Ok(())
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// `application/x-www-form-urlencoded` value encoding.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(char::from(b))
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    status: String,
+    #[serde(default)]
+    data: Option<Data>,
+    #[serde(default)]
+    error_type: String,
+    #[serde(default)]
+    error: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Data {
+    result_type: String,
+    result: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct VectorSample {
+    #[serde(default)]
+    metric: BTreeMap<String, String>,
+    value: (f64, String),
+}
+
+/// The answer of `/api/v1/query`: an instant vector (a scalar becomes one unlabelled sample).
+fn decode(status: StatusCode, body: &[u8]) -> Result<Vec<Sample>, PromError> {
+    let envelope: Result<Envelope, _> = serde_json::from_slice(body);
+    let text = || String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+    let envelope = match envelope {
+        Ok(e) => e,
+        Err(_) if !status.is_success() => {
+            return Err(PromError::Status {
+                status: status.as_u16(),
+                body: text(),
+            });
+        }
+        Err(e) => return Err(PromError::Decode(format!("{e}: {}", text()))),
+    };
+    if envelope.status != "success" {
+        // Prometheus reports bad queries as 400 with a JSON error body.
+        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+            return Err(PromError::Status {
+                status: status.as_u16(),
+                body: envelope.error,
+            });
+        }
+        return Err(PromError::Query {
+            kind: envelope.error_type,
+            message: envelope.error,
+        });
+    }
+    let data = envelope
+        .data
+        .ok_or_else(|| PromError::Decode("a success without data".into()))?;
+    let parse = |s: &str| -> Result<f64, PromError> {
+        match s {
+            "NaN" => Ok(f64::NAN),
+            "+Inf" | "Inf" => Ok(f64::INFINITY),
+            "-Inf" => Ok(f64::NEG_INFINITY),
+            _ => s
+                .parse::<f64>()
+                .map_err(|e| PromError::Decode(format!("sample value {s:?}: {e}"))),
+        }
+    };
+    match data.result_type.as_str() {
+        "vector" => {
+            let samples: Vec<VectorSample> = serde_json::from_value(data.result)
+                .map_err(|e| PromError::Decode(e.to_string()))?;
+            samples
+                .into_iter()
+                .map(|s| {
+                    Ok(Sample {
+                        labels: s.metric,
+                        value: parse(&s.value.1)?,
+                    })
+                })
+                .collect()
+        }
+        "scalar" => {
+            let (_, v): (f64, String) = serde_json::from_value(data.result)
+                .map_err(|e| PromError::Decode(e.to_string()))?;
+            Ok(vec![Sample {
+                labels: BTreeMap::new(),
+                value: parse(&v)?,
+            }])
+        }
+        other => Err(PromError::Decode(format!(
+            "result type {other}: a query must give an instant vector"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_what_prometheus_answers() {
+        let ok = br#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"cluster":"a","node":"n1"},"value":[1700000000.5,"8"]},
+            {"metric":{"cluster":"b"},"value":[1700000000.5,"NaN"]}]}}"#;
+        let got = decode(StatusCode::OK, ok).expect("decodes");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].labels["node"], "n1");
+        assert_eq!(got[0].value, 8.0);
+        assert!(got[1].value.is_nan());
+        let scalar = br#"{"status":"success","data":{"resultType":"scalar","result":[1,"3.5"]}}"#;
+        assert_eq!(
+            decode(StatusCode::OK, scalar).expect("scalar")[0].value,
+            3.5
+        );
+        let bad = br#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#;
+        let e = decode(StatusCode::BAD_REQUEST, bad).expect_err("bad query");
+        assert!(
+            matches!(&e, PromError::Query { kind, .. } if kind == "bad_data"),
+            "{e}"
+        );
+        assert!(!e.transient());
+        let e = decode(StatusCode::SERVICE_UNAVAILABLE, b"<html>down</html>").expect_err("503");
+        assert!(e.transient(), "{e}");
+        let e = decode(StatusCode::OK, b"not json").expect_err("garbage");
+        assert!(matches!(e, PromError::Decode(_)));
+        let matrix = br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
+        assert!(decode(StatusCode::OK, matrix).is_err());
+    }
+
+    /// A server that accepts and never answers (what a hung query API does; a real Prometheus
+    /// cannot be made to): the query gives up after its timeout, each attempt.
+    #[tokio::test]
+    async fn a_hung_server_times_out() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let hold = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let client = PromClient::new(PromSettings {
+            url: format!("http://{addr}"),
+            bearer_token: Some("secret".into()),
+            ca_file: None,
+            headers: vec![("X-Scope-OrgID".into(), "fleet".into())],
+            timeout: Duration::from_millis(300),
+            attempts: 2,
+            thanos: true,
+        })
+        .expect("client");
+        let started = std::time::Instant::now();
+        let e = client.query("up").await.expect_err("no answer");
+        assert!(matches!(e, PromError::Timeout(_)), "{e}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(600),
+            "two attempts"
+        );
+        hold.abort();
+        // Nothing listens now: refused at once, a transport error.
+        let e = client.query("up").await.expect_err("refused");
+        assert!(matches!(e, PromError::Transport(_)), "{e}");
+    }
+
+    #[test]
+    fn form_encoding_and_settings_errors() {
+        assert_eq!(
+            encode("sum by (a) (x{y=\"z\"})"),
+            "sum%20by%20%28a%29%20%28x%7By%3D%22z%22%7D%29"
+        );
+        let base = PromSettings {
+            url: "http://127.0.0.1:9090".into(),
+            bearer_token: None,
+            ca_file: None,
+            headers: vec![],
+            timeout: Duration::from_secs(1),
+            attempts: 1,
+            thanos: false,
+        };
+        assert!(PromClient::new(base.clone()).is_ok());
+        for url in ["ftp://x", "not a url", "http://"] {
+            let s = PromSettings {
+                url: url.into(),
+                ..base.clone()
+            };
+            assert!(
+                matches!(PromClient::new(s), Err(PromError::Url(..))),
+                "{url}"
+            );
+        }
+        let s = PromSettings {
+            headers: vec![("bad header".into(), "v".into())],
+            ..base.clone()
+        };
+        assert!(matches!(PromClient::new(s), Err(PromError::Header(..))));
+        let s = PromSettings {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..base
+        };
+        assert!(matches!(PromClient::new(s), Err(PromError::Ca(..))));
+    }
+}

@@ -1,0 +1,501 @@
+//! The hub scorer as a provider on the score-provider framework: each compute runs the fleet
+//! queries once, and rates every ManagedCluster from the answers.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use ocm_api::score::fleet_relative;
+use ocm_api::wellknown::score::names;
+use ocm_api::{AddOnPlacementScore, ManagedCluster};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use score_provider::usage::requests::Resource;
+use score_provider::usage::scores::{Bounds, Free, scores};
+use score_provider::{Change, Computed, Outcome, ProviderError, ScoreProvider, Scores};
+
+use super::prom::{PromClient, Sample};
+use super::queries::{ClusterData, Metric, Queries, Query, assemble};
+
+/// How scores are normalised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Normalise {
+    /// Between absolute bounds in real units, as the agent does (same flags, same defaults).
+    Absolute,
+    /// Relative to the fleet: the least free cluster -100, the most free 100, per score.
+    Fleet,
+}
+
+/// Headroom score names (usage-based, optional).
+pub const CPU_HEADROOM: &str = "cpuHeadroom";
+pub const MEMORY_HEADROOM: &str = "memHeadroom";
+
+/// What the scorer needs besides the query client.
+#[derive(Clone, Debug)]
+pub struct ScorerSettings {
+    pub queries: Queries,
+    pub normalise: Normalise,
+    pub bounds: Bounds,
+    /// A cluster whose newest sample is older than this is not rated (its scores expire).
+    pub max_data_age: std::time::Duration,
+    /// The AddOnPlacementScore written, and who writes it.
+    pub score_name: String,
+    pub manager: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MetricLabels {
+    pub metric: String,
+}
+
+/// `scorer_*` metrics.
+#[derive(Clone, Default)]
+pub struct ScorerMetrics {
+    pub query_errors: Family<MetricLabels, Counter>,
+    pub query_seconds: Family<MetricLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub rated: Gauge,
+    pub stale: Gauge,
+    pub skipped: Gauge,
+}
+
+impl ScorerMetrics {
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        let r = registry.sub_registry_with_prefix("scorer");
+        r.register(
+            "query_errors",
+            "Failed fleet queries by metric",
+            self.query_errors.clone(),
+        );
+        r.register(
+            "query_seconds",
+            "Duration of the last fleet query by metric",
+            self.query_seconds.clone(),
+        );
+        r.register(
+            "rated_clusters",
+            "Clusters rated by the last compute",
+            self.rated.clone(),
+        );
+        r.register(
+            "stale_clusters",
+            "Clusters whose metrics are missing or older than --max-data-age",
+            self.stale.clone(),
+        );
+        r.register(
+            "skipped_clusters",
+            "Clusters whose score object another provider writes",
+            self.skipped.clone(),
+        );
+    }
+}
+
+/// The provider.
+pub struct PromScorer {
+    client: PromClient,
+    settings: ScorerSettings,
+    queries: Vec<Query>,
+    clusters: Store<ManagedCluster>,
+    scores: Store<AddOnPlacementScore>,
+    /// Taken once by the framework (a Mutex so that the scorer is Sync while it awaits).
+    watches: std::sync::Mutex<Option<BoxStream<'static, Change>>>,
+    metrics: ScorerMetrics,
+}
+
+impl PromScorer {
+    /// Watches ManagedClusters and the score objects through `hub`.
+    pub fn new(
+        client: PromClient,
+        settings: ScorerSettings,
+        hub: Client,
+        metrics: ScorerMetrics,
+    ) -> Self {
+        let (clusters, clusters_w) = reflector::store::<ManagedCluster>();
+        let (scores, scores_w) = reflector::store::<AddOnPlacementScore>();
+        let cluster_events = reflector::reflector(
+            clusters_w,
+            watcher::watcher(
+                Api::<ManagedCluster>::all(hub.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|r| async move {
+            match r {
+                Ok(_) => Some(Change {
+                    what: "ManagedCluster",
+                }),
+                Err(e) => {
+                    tracing::warn!(error = %e, "ManagedCluster watch failed; retrying");
+                    None
+                }
+            }
+        });
+        let score_events = reflector::reflector(
+            scores_w,
+            watcher::watcher(
+                Api::<AddOnPlacementScore>::all(hub),
+                watcher::Config::default()
+                    .fields(&format!("metadata.name={}", settings.score_name)),
+            ),
+        )
+        .default_backoff()
+        .touched_objects()
+        // Score writes (ours included) are no reason to query again: drive the store only.
+        .filter_map(|r| async move {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "AddOnPlacementScore watch failed; retrying");
+            }
+            None::<Change>
+        });
+        let queries = settings.queries.build();
+        Self {
+            client,
+            settings,
+            queries,
+            clusters,
+            scores,
+            watches: std::sync::Mutex::new(Some(
+                futures::stream::select(cluster_events, score_events).boxed(),
+            )),
+            metrics,
+        }
+    }
+
+    /// Whether another provider writes `cluster`'s score object: its `managed-by` label or a
+    /// field manager of its status is not ours.
+    fn foreign(&self, cluster: &str) -> bool {
+        let key = reflector::ObjectRef::new(&self.settings.score_name).within(cluster);
+        let Some(score) = self.scores.get(&key) else {
+            return false;
+        };
+        let label = score.labels().get("app.kubernetes.io/managed-by");
+        let label_foreign = label.is_some_and(|m| *m != self.settings.manager);
+        let field_foreign = score.managed_fields().iter().any(|f| {
+            f.subresource.as_deref() == Some("status")
+                && f.manager
+                    .as_deref()
+                    .is_some_and(|m| m != self.settings.manager)
+        });
+        label_foreign || field_foreign
+    }
+
+    async fn run_queries(&self) -> Result<BTreeMap<Metric, Vec<Sample>>, ProviderError> {
+        let runs = self.queries.iter().map(|q| async move {
+            let started = Instant::now();
+            let r = self.client.query(&q.promql).await;
+            let labels = MetricLabels {
+                metric: q.metric.name().to_owned(),
+            };
+            self.metrics
+                .query_seconds
+                .get_or_create(&labels)
+                .set(started.elapsed().as_secs_f64());
+            if r.is_err() {
+                self.metrics.query_errors.get_or_create(&labels).inc();
+            }
+            (q.metric, r)
+        });
+        let mut out = BTreeMap::new();
+        for (metric, r) in futures::future::join_all(runs).await {
+            match r {
+                Ok(samples) => {
+                    out.insert(metric, samples);
+                }
+                // Headroom is optional: without it the resource scores still stand.
+                Err(e) if matches!(metric, Metric::CpuHeadroom | Metric::MemoryHeadroom) => {
+                    tracing::warn!(metric = metric.name(), error = %e, "headroom query failed");
+                }
+                Err(e) => {
+                    return Err(ProviderError::Source(format!(
+                        "query {}: {e}",
+                        metric.name()
+                    )));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl ScoreProvider for PromScorer {
+    async fn compute(&mut self) -> Result<Computed, ProviderError> {
+        if self.clusters.is_empty() && !self.clusters_listed().await {
+            return Err(ProviderError::NotReady(
+                "ManagedClusters not listed yet".into(),
+            ));
+        }
+        let answers = self.run_queries().await?;
+        let data = assemble(&self.settings.queries.label, &answers);
+        let names: Vec<String> = self
+            .clusters
+            .state()
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+        let (computed, counts) = rate(&self.settings, &names, &data, now, |c| self.foreign(c))?;
+        self.metrics.rated.set(counts.rated as i64);
+        self.metrics.stale.set(counts.stale as i64);
+        self.metrics.skipped.set(counts.skipped as i64);
+        Ok(computed)
+    }
+
+    fn changes(&mut self) -> BoxStream<'static, Change> {
+        self.watches
+            .get_mut()
+            .ok()
+            .and_then(Option::take)
+            .unwrap_or_else(|| futures::stream::pending().boxed())
+    }
+}
+
+impl PromScorer {
+    /// The cluster store has listed once (an empty fleet is a fleet too).
+    async fn clusters_listed(&self) -> bool {
+        tokio::time::timeout(
+            std::time::Duration::from_millis(1),
+            self.clusters.wait_until_ready(),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok())
+    }
+}
+
+/// How a compute went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub rated: usize,
+    pub stale: usize,
+    pub skipped: usize,
+}
+
+/// Rates `clusters` from `data` at `now` (Unix seconds), sans IO: stale or missing data makes
+/// a cluster `Unavailable` (its scores are not renewed and expire), a cluster another
+/// provider writes is left out.
+pub fn rate(
+    settings: &ScorerSettings,
+    clusters: &[String],
+    data: &BTreeMap<String, ClusterData>,
+    now: f64,
+    foreign: impl Fn(&str) -> bool,
+) -> Result<(Computed, Counts), ProviderError> {
+    let mut out = Computed::new();
+    let mut counts = Counts::default();
+    let max_age = settings.max_data_age.as_secs_f64();
+    let mut fresh: Vec<(&str, &ClusterData)> = Vec::new();
+    for name in clusters {
+        if foreign(name) {
+            counts.skipped += 1;
+            continue;
+        }
+        let d = data.get(name);
+        let outcome = match d {
+            None => Some(("NoMetrics", "no metrics for this cluster".to_owned())),
+            Some(d) if d.cpu.is_none() && d.memory.is_none() => Some((
+                "NoMetrics",
+                "no allocatable of a schedulable, Ready node".to_owned(),
+            )),
+            Some(d) => match d.newest {
+                None => Some(("NoMetrics", "no sample time for this cluster".to_owned())),
+                Some(t) if now - t > max_age => Some((
+                    "MetricsStale",
+                    format!(
+                        "the newest sample is {:.0}s old (limit {max_age:.0}s)",
+                        now - t
+                    ),
+                )),
+                Some(_) => None,
+            },
+        };
+        match (outcome, d) {
+            (Some((reason, message)), _) => {
+                counts.stale += 1;
+                out.insert(
+                    name.clone(),
+                    Outcome::Unavailable {
+                        reason: reason.to_owned(),
+                        message,
+                    },
+                );
+            }
+            (None, Some(d)) => fresh.push((name, d)),
+            (None, None) => {}
+        }
+    }
+    counts.rated = fresh.len();
+    match settings.normalise {
+        Normalise::Absolute => {
+            for (name, d) in &fresh {
+                let mut free = Free::default();
+                if let Some((cluster, node)) = d.cpu {
+                    free.set(Resource::Cpu, cluster, Some(node));
+                }
+                if let Some((cluster, node)) = d.memory {
+                    free.set(Resource::Memory, cluster, Some(node));
+                }
+                let mut s = scores(&free, &settings.bounds)?;
+                headroom(&mut s, d)?;
+                out.insert(*name, Outcome::Scores(s));
+            }
+        }
+        Normalise::Fleet => {
+            let column = |f: &dyn Fn(&ClusterData) -> Option<f64>| {
+                fleet_relative(&fresh.iter().map(|(_, d)| f(d)).collect::<Vec<_>>())
+            };
+            let cpu_cluster = column(&|d| d.cpu.map(|c| c.0));
+            let cpu_node = column(&|d| d.cpu.map(|c| c.1));
+            let mem_cluster = column(&|d| d.memory.map(|c| c.0));
+            let mem_node = column(&|d| d.memory.map(|c| c.1));
+            for (i, (name, d)) in fresh.iter().enumerate() {
+                let mut s = Scores::new();
+                let items = [
+                    (names::CPU_CLUSTER, cpu_cluster[i]),
+                    (names::CPU, cpu_cluster[i]),
+                    (names::CPU_NODE, cpu_node[i]),
+                    (names::MEM_CLUSTER, mem_cluster[i]),
+                    (names::MEM, mem_cluster[i]),
+                    (names::MEM_NODE, mem_node[i]),
+                ];
+                for (n, v) in items {
+                    if let Some(v) = v {
+                        s.insert(n, i64::from(v))?;
+                    }
+                }
+                headroom(&mut s, d)?;
+                out.insert(*name, Outcome::Scores(s));
+            }
+        }
+    }
+    Ok((out, counts))
+}
+
+/// Headroom fractions in [0, 1] as scores in [-100, 100].
+fn headroom(s: &mut Scores, d: &ClusterData) -> Result<(), ProviderError> {
+    for (name, v) in [
+        (CPU_HEADROOM, d.cpu_headroom),
+        (MEMORY_HEADROOM, d.memory_headroom),
+    ] {
+        if let Some(v) = v.filter(|v| v.is_finite()) {
+            s.insert(name, (v.clamp(0.0, 1.0) * 200.0 - 100.0).round() as i64)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn settings(normalise: Normalise) -> ScorerSettings {
+        ScorerSettings {
+            queries: Queries::default(),
+            normalise,
+            bounds: Bounds::default(),
+            max_data_age: Duration::from_secs(900),
+            score_name: "resource-usage-score".into(),
+            manager: "resource-usage-hub-scorer".into(),
+        }
+    }
+
+    fn data(cpu: (f64, f64), mem: (f64, f64), newest: f64) -> ClusterData {
+        ClusterData {
+            cpu: Some(cpu),
+            memory: Some(mem),
+            newest: Some(newest),
+            ..ClusterData::default()
+        }
+    }
+
+    const GI: f64 = 1024.0 * 1024.0 * 1024.0;
+
+    #[test]
+    fn rates_fresh_clusters_and_lets_stale_ones_expire() {
+        let clusters: Vec<String> = ["a", "b", "stale", "silent", "agent"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let d = BTreeMap::from([
+            (
+                "a".to_owned(),
+                data((50.0, 10.0), (256.0 * GI, 64.0 * GI), 10_000.0),
+            ),
+            (
+                "b".to_owned(),
+                data((10.0, 2.0), (64.0 * GI, 8.0 * GI), 10_000.0),
+            ),
+            (
+                "stale".to_owned(),
+                data((10.0, 2.0), (64.0 * GI, 8.0 * GI), 8_000.0),
+            ),
+            (
+                "agent".to_owned(),
+                data((10.0, 2.0), (64.0 * GI, 8.0 * GI), 10_000.0),
+            ),
+        ]);
+        let (out, counts) = rate(
+            &settings(Normalise::Absolute),
+            &clusters,
+            &d,
+            10_060.0,
+            |c| c == "agent",
+        )
+        .expect("rates");
+        assert_eq!(
+            counts,
+            Counts {
+                rated: 2,
+                stale: 2,
+                skipped: 1
+            }
+        );
+        let Some(Outcome::Scores(a)) = out.get("a") else {
+            panic!("a is rated: {out:?}");
+        };
+        // The agent's bounds: 0..100 cores, 0..512 GiB; 50 cores -> 0, 256 GiB -> 0.
+        assert_eq!(a.get(names::CPU_CLUSTER), Some(0));
+        assert_eq!(a.get(names::CPU), Some(0));
+        assert_eq!(a.get(names::CPU_NODE), Some(-80));
+        assert_eq!(a.get(names::MEM_CLUSTER), Some(0));
+        assert!(
+            matches!(out.get("stale"), Some(Outcome::Unavailable { reason, .. }) if reason == "MetricsStale")
+        );
+        assert!(
+            matches!(out.get("silent"), Some(Outcome::Unavailable { reason, .. }) if reason == "NoMetrics")
+        );
+        assert!(out.get("agent").is_none());
+
+        let (out, _) = rate(&settings(Normalise::Fleet), &clusters, &d, 10_060.0, |_| {
+            false
+        })
+        .expect("rates");
+        let score = |c: &str, n: &str| match out.get(c) {
+            Some(Outcome::Scores(s)) => s.get(n),
+            _ => None,
+        };
+        assert_eq!(score("a", names::CPU_CLUSTER), Some(100));
+        assert_eq!(score("b", names::CPU_CLUSTER), Some(-100));
+        assert_eq!(score("agent", names::CPU_CLUSTER), Some(-100));
+    }
+
+    #[test]
+    fn headroom_maps_fractions() {
+        let mut s = Scores::new();
+        let d = ClusterData {
+            cpu_headroom: Some(0.75),
+            memory_headroom: Some(1.7),
+            ..ClusterData::default()
+        };
+        headroom(&mut s, &d).expect("in range");
+        assert_eq!(s.get(CPU_HEADROOM), Some(50));
+        assert_eq!(s.get(MEMORY_HEADROOM), Some(100));
+    }
+}

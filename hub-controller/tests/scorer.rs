@@ -1,0 +1,465 @@
+//! The hub scorer against a real Prometheus (Debian's, installed by tests/prometheus/build.sh)
+//! scraping kube-state-metrics series the test serves for a small fleet, and a real apiserver
+//! with the upstream CRDs as the hub: scores equal what the same data says, stale data expires,
+//! a Prometheus outage is reported and recovered from, and the placement core selects by them.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use ocm_api::score::Normaliser;
+use ocm_api::wellknown::score::{RESOURCE_USAGE_SCORE, names};
+use ocm_api::{AddOnPlacementScore, ManagedCluster};
+use serde_json::json;
+use testenv::eventually;
+use testenv::prometheus::{Exporter, Prometheus};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+const GI: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// A node of the fleet as kube-state-metrics reports it.
+struct Node {
+    name: &'static str,
+    cpu: f64,
+    memory_gi: f64,
+    schedulable: bool,
+    ready: bool,
+}
+
+/// A pod's requests on a node ("" = pending, unbound).
+struct Pod {
+    name: &'static str,
+    node: &'static str,
+    cpu: f64,
+    memory_gi: f64,
+}
+
+struct Cluster {
+    name: String,
+    nodes: Vec<Node>,
+    pods: Vec<Pod>,
+}
+
+impl Cluster {
+    /// Free (cluster, freest node) over schedulable, Ready nodes, as the agent counts.
+    fn free(&self, cpu: bool) -> (f64, f64) {
+        let mut total = 0.0;
+        let mut best = f64::NEG_INFINITY;
+        for n in self.nodes.iter().filter(|n| n.schedulable && n.ready) {
+            let alloc = if cpu { n.cpu } else { n.memory_gi * GI };
+            let used: f64 = self
+                .pods
+                .iter()
+                .filter(|p| p.node == n.name)
+                .map(|p| if cpu { p.cpu } else { p.memory_gi * GI })
+                .sum();
+            total += alloc - used;
+            best = best.max(alloc - used);
+        }
+        (total, best)
+    }
+
+    fn exposition(&self) -> String {
+        let c = &self.name;
+        let mut out = String::new();
+        for n in &self.nodes {
+            let node = format!("{c}-{}", n.name);
+            out += &format!(
+                "kube_node_status_allocatable{{cluster=\"{c}\",node=\"{node}\",resource=\"cpu\",unit=\"core\"}} {}\n",
+                n.cpu
+            );
+            out += &format!(
+                "kube_node_status_allocatable{{cluster=\"{c}\",node=\"{node}\",resource=\"memory\",unit=\"byte\"}} {}\n",
+                n.memory_gi * GI
+            );
+            out += &format!(
+                "kube_node_spec_unschedulable{{cluster=\"{c}\",node=\"{node}\"}} {}\n",
+                u8::from(!n.schedulable)
+            );
+            for (status, v) in [("true", n.ready), ("false", !n.ready)] {
+                out += &format!(
+                    "kube_node_status_condition{{cluster=\"{c}\",node=\"{node}\",condition=\"Ready\",status=\"{status}\"}} {}\n",
+                    u8::from(v)
+                );
+            }
+        }
+        for p in &self.pods {
+            let node = if p.node.is_empty() {
+                String::new()
+            } else {
+                format!("{c}-{}", p.node)
+            };
+            for (resource, unit, v) in
+                [("cpu", "core", p.cpu), ("memory", "byte", p.memory_gi * GI)]
+            {
+                out += &format!(
+                    "kube_pod_container_resource_requests{{cluster=\"{c}\",namespace=\"apps\",pod=\"{}\",container=\"main\",node=\"{node}\",resource=\"{resource}\",unit=\"{unit}\"}} {v}\n",
+                    p.name
+                );
+            }
+        }
+        out
+    }
+}
+
+fn node(name: &'static str, cpu: f64, memory_gi: f64) -> Node {
+    Node {
+        name,
+        cpu,
+        memory_gi,
+        schedulable: true,
+        ready: true,
+    }
+}
+
+fn pod(name: &'static str, node: &'static str, cpu: f64, memory_gi: f64) -> Pod {
+    Pod {
+        name,
+        node,
+        cpu,
+        memory_gi,
+    }
+}
+
+fn fleet(prefix: &str) -> Vec<Cluster> {
+    vec![
+        Cluster {
+            name: format!("{prefix}-a"),
+            nodes: vec![
+                node("n1", 16.0, 64.0),
+                node("n2", 16.0, 64.0),
+                // Not counted: cordoned, and not Ready.
+                Node {
+                    schedulable: false,
+                    ..node("cordoned", 64.0, 256.0)
+                },
+                Node {
+                    ready: false,
+                    ..node("down", 64.0, 256.0)
+                },
+            ],
+            pods: vec![
+                pod("p1", "n1", 4.0, 8.0),
+                pod("p2", "n2", 10.0, 40.0),
+                pod("p3", "cordoned", 1.0, 1.0),
+                pod("pending", "", 2.0, 2.0),
+            ],
+        },
+        Cluster {
+            name: format!("{prefix}-b"),
+            nodes: vec![node("n1", 8.0, 32.0)],
+            pods: vec![pod("p1", "n1", 6.0, 30.0)],
+        },
+        Cluster {
+            name: format!("{prefix}-c"),
+            nodes: vec![node("n1", 32.0, 128.0)],
+            pods: vec![],
+        },
+    ]
+}
+
+/// The scores the agent's formula gives for `c` with the test's ranges (0..32 cores,
+/// 0..128 GiB).
+fn expected(c: &Cluster) -> BTreeMap<String, i32> {
+    let cpu = Normaliser::new(0.0, 32.0).expect("range");
+    let mem = Normaliser::new(0.0, 128.0 * GI).expect("range");
+    let (cc, cn) = c.free(true);
+    let (mc, mn) = c.free(false);
+    [
+        (names::CPU_CLUSTER, cpu.normalise(cc)),
+        (names::CPU, cpu.normalise(cc)),
+        (names::CPU_NODE, cpu.normalise(cn)),
+        (names::MEM_CLUSTER, mem.normalise(mc)),
+        (names::MEM, mem.normalise(mc)),
+        (names::MEM_NODE, mem.normalise(mn)),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_owned(), v))
+    .collect()
+}
+
+async fn create_cluster(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    let c: ManagedCluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+        "metadata": {"name": name, "labels": {"cluster.open-cluster-management.io/clusterset": "fleet"}},
+        "spec": {"hubAcceptsClient": true}
+    }))
+    .expect("cluster");
+    Api::<ManagedCluster>::all(client.clone())
+        .create(&PostParams::default(), &c)
+        .await
+        .expect("cluster");
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn scores_of(s: &AddOnPlacementScore) -> BTreeMap<String, i32> {
+    s.status
+        .iter()
+        .flat_map(|st| &st.scores)
+        .map(|i| (i.name.clone(), i.value))
+        .collect()
+}
+
+fn condition(s: &AddOnPlacementScore) -> Option<(String, String)> {
+    s.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "AddOnPlacementScoreUpdated")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn valid_until(s: &AddOnPlacementScore) -> Option<jiff::Timestamp> {
+    s.status.as_ref()?.valid_until.as_ref().map(|t| t.0)
+}
+
+async fn score(client: &Client, cluster: &str) -> Option<AddOnPlacementScore> {
+    Api::<AddOnPlacementScore>::namespaced(client.clone(), cluster)
+        .get_opt(RESOURCE_USAGE_SCORE)
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn metric(port: u16, name: &str) -> f64 {
+    let Ok((_, body)) = testenv::http::get(([127, 0, 0, 1], port).into(), "/metrics").await else {
+        return 0.0;
+    };
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Which clusters a placement preferring free CPU selects, by the scheduling core.
+fn select(clusters: &[&str], scores: &[AddOnPlacementScore], n: i32) -> Vec<String> {
+    use placement_scheduler::core::{Snapshot, schedule};
+    let mut snap = Snapshot::new();
+    for c in clusters {
+        let mc: ManagedCluster = serde_json::from_value(json!({
+            "metadata": {"name": c, "labels": {"cluster.open-cluster-management.io/clusterset": "fleet"}},
+            "spec": {"hubAcceptsClient": true}
+        }))
+        .expect("cluster");
+        snap.upsert_cluster(Arc::new(mc));
+    }
+    let set: ocm_api::ManagedClusterSet = serde_json::from_value(json!({
+        "metadata": {"name": "fleet"}, "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}
+    }))
+    .expect("set");
+    snap.upsert_set(Arc::new(set));
+    let binding: ocm_api::ManagedClusterSetBinding = serde_json::from_value(json!({
+        "metadata": {"name": "fleet", "namespace": "p"}, "spec": {"clusterSet": "fleet"}
+    }))
+    .expect("binding");
+    snap.upsert_binding(&binding);
+    for s in scores {
+        snap.upsert_score(Arc::new(s.clone()));
+    }
+    let placement: ocm_api::Placement = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "p"},
+        "spec": {"numberOfClusters": n, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+            {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": RESOURCE_USAGE_SCORE, "scoreName": "cpuAvailable"}}, "weight": 1}
+        ]}}
+    }))
+    .expect("placement");
+    let outcome = schedule(&snap, &placement, jiff::Timestamp::now());
+    let mut selected: Vec<String> = outcome.selected.iter().map(|n| n.to_string()).collect();
+    selected.sort();
+    selected
+}
+
+#[tokio::test]
+async fn scores_from_fleet_metrics_expire_when_stale_and_survive_an_outage() {
+    let cp = testenv::shared().await;
+    let client = cp.client().expect("client");
+    let prefix = testenv::namespace(&client, "scorer").await.expect("ns");
+    let clusters = fleet(&prefix);
+    for c in &clusters {
+        create_cluster(&client, &c.name).await;
+    }
+    // A cluster with no metrics at all.
+    let silent = format!("{prefix}-silent");
+    create_cluster(&client, &silent).await;
+    // A cluster whose score the agent writes: the scorer leaves it alone.
+    let agents = format!("{prefix}-agents");
+    create_cluster(&client, &agents).await;
+    let theirs: AddOnPlacementScore = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1alpha1", "kind": "AddOnPlacementScore",
+        "metadata": {"name": RESOURCE_USAGE_SCORE, "namespace": agents,
+                     "labels": {"app.kubernetes.io/managed-by": "resource-usage-agent"}}
+    }))
+    .expect("score");
+    let agent_api = Api::<AddOnPlacementScore>::namespaced(client.clone(), &agents);
+    agent_api
+        .create(&PostParams::default(), &theirs)
+        .await
+        .expect("the agent's score");
+    let agent_version = agent_api
+        .get(RESOURCE_USAGE_SCORE)
+        .await
+        .expect("score")
+        .metadata
+        .resource_version;
+
+    let exporter = Exporter::start().await.expect("exporter");
+    let agents_cluster = Cluster {
+        name: agents.clone(),
+        nodes: vec![node("n1", 4.0, 4.0)],
+        pods: vec![],
+    };
+    let all: String = clusters
+        .iter()
+        .chain([&agents_cluster])
+        .map(Cluster::exposition)
+        .collect();
+    exporter.set(all);
+    let mut prom = Prometheus::start(&[exporter.addr()], Duration::from_secs(1))
+        .await
+        .expect("prometheus");
+
+    let dir = std::env::temp_dir().join(format!("scorer-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kubeconfig = dir.join("kubeconfig");
+    cp.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let port = free_port();
+    let scorer = Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
+        .args([
+            "scorer",
+            "--leader-elect=false",
+            "--refresh-period=1s",
+            "--debounce=200ms",
+            "--window=1m",
+            "--freshness-step=1s",
+            "--max-data-age=8s",
+            "--cpu-range=0:32",
+            "--memory-range=0:128Gi",
+            "--prometheus-timeout=2s",
+            "--prometheus-attempts=1",
+        ])
+        .arg(format!("--hub-kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--prometheus-url={}", prom.url()))
+        .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("scorer");
+    let _scorer = Process(scorer);
+
+    // Every cluster's scores are what its data says; the silent one is reported unavailable.
+    for c in &clusters {
+        let want = expected(c);
+        eventually(&format!("the scores of {}", c.name), DEADLINE, || async {
+            score(&client, &c.name)
+                .await
+                .filter(|s| scores_of(s) == want)
+        })
+        .await;
+    }
+    let s = eventually("the silent cluster reported", DEADLINE, || async {
+        score(&client, &silent)
+            .await
+            .filter(|s| condition(s).is_some())
+    })
+    .await;
+    assert_eq!(condition(&s), Some(("False".into(), "NoMetrics".into())));
+    assert!(scores_of(&s).is_empty());
+
+    // The agent's object was not touched, and the scorer says it skipped one cluster.
+    eventually("the skip counted", DEADLINE, || async {
+        (metric(port, "scorer_skipped_clusters").await == 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        agent_api
+            .get(RESOURCE_USAGE_SCORE)
+            .await
+            .expect("score")
+            .metadata
+            .resource_version,
+        agent_version
+    );
+
+    // The placement core ranks by them: the two with most free CPU.
+    let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    let mut current = Vec::new();
+    for c in &clusters {
+        current.push(score(&client, &c.name).await.expect("score"));
+    }
+    let picked = select(&names, &current, 2);
+    assert_eq!(picked, [clusters[0].name.clone(), clusters[2].name.clone()]);
+
+    // Cluster b's data stops: after --max-data-age it is no longer renewed and expires.
+    let without_b: String = [&clusters[0], &clusters[2]]
+        .iter()
+        .map(|c| c.exposition())
+        .collect();
+    exporter.set(without_b);
+    let stale = eventually("b reported stale", DEADLINE, || async {
+        score(&client, &clusters[1].name)
+            .await
+            .filter(|s| condition(s).is_some_and(|(_, r)| r == "MetricsStale"))
+    })
+    .await;
+    let frozen = valid_until(&stale).expect("validUntil");
+    eventually(
+        "b's scores to expire while a's are renewed",
+        DEADLINE,
+        || async {
+            let a = score(&client, &clusters[0].name).await?;
+            let b = score(&client, &clusters[1].name).await?;
+            let now = jiff::Timestamp::now();
+            (valid_until(&b) == Some(frozen) && frozen < now && valid_until(&a)? > now)
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Prometheus goes away: the scorer keeps running, says so, and recovers when it is back.
+    prom.stop();
+    eventually("query errors counted", DEADLINE, || async {
+        (metric(port, "scorer_query_errors_total").await > 0.0).then_some(())
+    })
+    .await;
+    assert!(
+        metric(port, "score_provider_computes_total").await > 0.0,
+        "the loop runs on"
+    );
+    let stopped_at = jiff::Timestamp::now();
+    prom.start_again().await.expect("prometheus back");
+    eventually("scores renewed after the outage", DEADLINE, || async {
+        let a = score(&client, &clusters[0].name).await?;
+        (valid_until(&a)? > stopped_at + jiff::SignedDuration::from_secs(3)
+            && condition(&a).is_some_and(|(s, _)| s == "True"))
+        .then_some(())
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
