@@ -49,7 +49,8 @@ struct ScorerArgs {
     /// The query API root: a Thanos Querier, or any Prometheus-compatible one.
     #[arg(long, env = "PROMETHEUS_URL")]
     prometheus_url: String,
-    /// A file holding a bearer token for the query API (read at start).
+    /// A file holding a bearer token for the query API (read for every query, so a rotated
+    /// service-account token is picked up).
     #[arg(long, env = "PROMETHEUS_TOKEN_FILE")]
     prometheus_token_file: Option<PathBuf>,
     /// A PEM CA bundle for the query API (default: the system's roots).
@@ -70,12 +71,14 @@ struct ScorerArgs {
     /// The series label that holds the ManagedCluster's name.
     #[arg(long, env = "CLUSTER_LABEL", default_value = "cluster")]
     cluster_label: String,
-    /// Lookback of every selector (`last_over_time`); at least twice the push interval.
-    #[arg(long, env = "QUERY_WINDOW", default_value = "10m")]
-    window: String,
+    /// Lookback of every selector (`last_over_time`); at least twice the push interval, and
+    /// at least --max-data-age. Series that ended within it still count (a deleted pod's
+    /// requests, a removed node), so keep it no longer than the push interval needs.
+    #[arg(long, env = "QUERY_WINDOW", default_value = "15m", value_parser = ocm_runtime::leader::parse_duration)]
+    window: Duration,
     /// Resolution of the freshness subquery: a cluster's newest sample is seen to within it.
-    #[arg(long, env = "FRESHNESS_STEP", default_value = "1m")]
-    freshness_step: String,
+    #[arg(long, env = "FRESHNESS_STEP", default_value = "1m", value_parser = ocm_runtime::leader::parse_duration)]
+    freshness_step: Duration,
     /// Count the requests of Pending and Running pods only (needs `kube_pod_status_phase`,
     /// which ACM does not forward by default).
     #[arg(long, env = "ACTIVE_PODS_ONLY")]
@@ -274,16 +277,10 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
             score_provider::HubClient::fixed(ocm_runtime::client(&args.client, user_agent).await?)
         }
     };
-    let token = match &args.prometheus_token_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .map_err(|e| format!("--prometheus-token-file {}: {e}", p.display()))?,
-        ),
-        None => None,
-    };
     let prom = PromClient::new(PromSettings {
         url: args.prometheus_url.clone(),
-        bearer_token: token,
+        bearer_token: None,
+        bearer_token_file: args.prometheus_token_file.clone(),
         ca_file: args.prometheus_ca_file.clone(),
         headers: args.prometheus_headers.clone(),
         timeout: args.prometheus_timeout,
@@ -297,10 +294,20 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some((lo, hi)) = args.memory_range {
         bounds.set(Resource::Memory, lo, hi)?;
     }
+    // A cluster can only be seen stale while its series are still within the window.
+    if args.max_data_age > args.window {
+        return Err(format!(
+            "--max-data-age ({:?}) must not exceed --window ({:?}): older data drops out of the queries before it is seen stale",
+            args.max_data_age, args.window
+        )
+        .into());
+    }
+    // A compute must end within a period, whatever the query API does.
+    let deadline = args.provider.refresh_period.max(Duration::from_secs(5));
     let queries = Queries {
         label: args.cluster_label.clone(),
-        window: args.window.clone(),
-        step: args.freshness_step.clone(),
+        window: format!("{}s", args.window.as_secs().max(1)),
+        step: format!("{}s", args.freshness_step.as_secs().max(1)),
         active_pods_only: args.active_pods_only,
         cpu_allocatable: args.query_cpu_allocatable.clone(),
         cpu_requests: args.query_cpu_requests.clone(),
@@ -320,6 +327,7 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
             max_data_age: args.max_data_age,
             score_name: args.score_name.clone(),
             manager: SCORER.to_owned(),
+            deadline,
         },
         hub.client(),
         scorer_metrics.clone(),
@@ -331,45 +339,55 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     runner.metrics().register(&mut registry);
     scorer_metrics.register(&mut registry);
     let listener = args.provider.serve.bind().await?;
+    let health = runner.health();
     tokio::spawn(ocm_runtime::serve_metrics(
         listener,
         Arc::new(registry),
-        runner.health(),
+        health.clone(),
         shutdown.clone(),
     ));
 
-    // Only the leader queries and writes; a replica that loses the lease exits (and restarts
-    // as a standby), as client-go controllers do.
-    let mut lost: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
-        Box::pin(futures::future::pending());
-    if let Some(elector) = args.leader.elector(hub.client(), SCORER)? {
-        let mut leadership = elector.leadership();
+    // Only the leader queries and writes. A replica that loses the lease drops its pass at
+    // once (racing the runner) and exits, to come back as a standby, as client-go controllers
+    // do. The Lease is released only after the runner stopped, so a standby never writes
+    // alongside. A standby is ready: it is doing its job.
+    let elector = args.leader.elector(hub.client(), SCORER)?;
+    let mut leadership = None;
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let mut elector_task = None;
+    if let Some(elector) = elector {
+        let mut l = elector.leadership();
         tracing::info!(identity = elector.identity(), "leader election on");
-        tokio::spawn(elector.run(shutdown.clone()));
+        elector_task = Some(tokio::spawn(elector.run(async move {
+            let _ = released.await;
+        })));
+        health.set_ready(true);
         tokio::select! {
-            _ = leadership.wait_leader() => {}
-            _ = shutdown.clone() => return Ok(()),
+            _ = l.wait_leader() => {}
+            _ = shutdown.clone() => {
+                let _ = release.send(());
+                if let Some(t) = elector_task { let _ = t.await; }
+                return Ok(());
+            }
         }
-        lost = Box::pin(async move { leadership.lost().await });
+        leadership = Some(l);
     }
     tracing::info!(url = %args.prometheus_url, score = %args.score_name, "hub scorer running");
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let stop = shutdown.clone();
-    let lost_lease = tokio::spawn(async move {
-        tokio::select! {
-            _ = lost => { let _ = tx.send(()); true }
-            _ = stop => false,
+    let lost = async move {
+        match leadership.as_mut() {
+            Some(l) => l.lost().await,
+            None => futures::future::pending().await,
         }
-    });
-    runner
-        .run(async move {
-            tokio::select! {
-                _ = shutdown => {}
-                _ = rx => {}
-            }
-        })
-        .await;
-    if lost_lease.await.unwrap_or(false) {
+    };
+    let lost_lease = tokio::select! {
+        _ = runner.run(shutdown.clone()) => false,
+        _ = lost => true,
+    };
+    let _ = release.send(());
+    if let Some(t) = elector_task {
+        let _ = t.await;
+    }
+    if lost_lease {
         return Err("lost the leader lease".into());
     }
     Ok(())

@@ -23,6 +23,9 @@ pub struct PromSettings {
     /// The API root, e.g. `https://thanos-querier.observability:9091` (a path prefix is kept).
     pub url: String,
     pub bearer_token: Option<String>,
+    /// A file holding the bearer token, read for every request: projected service-account
+    /// tokens rotate underneath a running process.
+    pub bearer_token_file: Option<std::path::PathBuf>,
     /// PEM CA bundle to trust instead of the system's roots.
     pub ca_file: Option<std::path::PathBuf>,
     pub headers: Vec<(String, String)>,
@@ -43,6 +46,8 @@ pub enum PromError {
     Ca(String, String),
     #[error("bad header {0:?}: {1}")]
     Header(String, String),
+    #[error("reading the bearer token {0}: {1}")]
+    Token(String, String),
     #[error("query API unreachable: {0}")]
     Transport(String),
     #[error("query API timed out after {0:?}")]
@@ -133,7 +138,12 @@ impl PromClient {
                 .map_err(|e| PromError::Header(k.clone(), e.to_string()))?;
             headers.push((name, value));
         }
-        if let Some(token) = &settings.bearer_token {
+        if let Some(path) = &settings.bearer_token_file {
+            // Unreadable at start is a setup error, not something to retry every period.
+            std::fs::read_to_string(path)
+                .map_err(|e| PromError::Token(path.display().to_string(), e.to_string()))?;
+        }
+        if let (Some(token), None) = (&settings.bearer_token, &settings.bearer_token_file) {
             let mut value = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
                 .map_err(|e| PromError::Header("Authorization".into(), e.to_string()))?;
             value.set_sensitive(true);
@@ -175,6 +185,16 @@ impl PromClient {
             .header(http::header::ACCEPT, "application/json");
         for (k, v) in &self.headers {
             req = req.header(k, v);
+        }
+        if let Some(path) = &self.settings.bearer_token_file {
+            let shown = path.display().to_string();
+            let token = tokio::fs::read_to_string(path)
+                .await
+                .map_err(|e| PromError::Token(shown.clone(), e.to_string()))?;
+            let mut value = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+                .map_err(|e| PromError::Token(shown, e.to_string()))?;
+            value.set_sensitive(true);
+            req = req.header(http::header::AUTHORIZATION, value);
         }
         let req = req
             .body(Full::new(Bytes::from(form)))
@@ -374,23 +394,34 @@ mod tests {
         assert!(decode(StatusCode::OK, matrix).is_err());
     }
 
-    /// A server that accepts and never answers (what a hung query API does; a real Prometheus
-    /// cannot be made to): the query gives up after its timeout, each attempt.
+    /// A server that reads the request and never answers (what a hung query API does; a real
+    /// Prometheus cannot be made to): the query gives up after its timeout, each attempt, and
+    /// the request carried the token (read from its file) and the extra headers.
     #[tokio::test]
     async fn a_hung_server_times_out() {
+        use tokio::io::AsyncReadExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let hold = tokio::spawn(async move {
             let mut held = Vec::new();
-            while let Ok((conn, _)) = listener.accept().await {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = vec![0u8; 4096];
+                let n = conn.read(&mut buf).await.unwrap_or(0);
+                let _ = tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
                 held.push(conn);
             }
         });
+        let dir = std::env::temp_dir().join(format!("prom-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let token = dir.join("token");
+        std::fs::write(&token, "rotating-1\n").expect("token");
         let client = PromClient::new(PromSettings {
             url: format!("http://{addr}"),
-            bearer_token: Some("secret".into()),
+            bearer_token: Some("ignored".into()),
+            bearer_token_file: Some(token.clone()),
             ca_file: None,
             headers: vec![("X-Scope-OrgID".into(), "fleet".into())],
             timeout: Duration::from_millis(300),
@@ -405,10 +436,30 @@ mod tests {
             started.elapsed() >= Duration::from_millis(600),
             "two attempts"
         );
+        let request = rx.recv().await.expect("a request").to_ascii_lowercase();
+        assert!(request.starts_with("post /api/v1/query"), "{request}");
+        assert!(
+            request.contains("authorization: bearer rotating-1\r\n"),
+            "{request}"
+        );
+        assert_eq!(request.matches("authorization:").count(), 1, "{request}");
+        assert!(request.contains("x-scope-orgid: fleet"), "{request}");
+        // A rotated token is used by the next request.
+        std::fs::write(&token, "rotating-2").expect("token");
+        let _ = client.query("up").await;
+        let mut seen = String::new();
+        while let Ok(r) = rx.try_recv() {
+            seen = r;
+        }
+        assert!(
+            seen.to_ascii_lowercase().contains("bearer rotating-2"),
+            "{seen}"
+        );
         hold.abort();
         // Nothing listens now: refused at once, a transport error.
         let e = client.query("up").await.expect_err("refused");
         assert!(matches!(e, PromError::Transport(_)), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -420,6 +471,7 @@ mod tests {
         let base = PromSettings {
             url: "http://127.0.0.1:9090".into(),
             bearer_token: None,
+            bearer_token_file: None,
             ca_file: None,
             headers: vec![],
             timeout: Duration::from_secs(1),

@@ -47,6 +47,9 @@ pub struct ScorerSettings {
     /// The AddOnPlacementScore written, and who writes it.
     pub score_name: String,
     pub manager: String,
+    /// A compute gives up after this long (all queries, retries included), so that a slow
+    /// query API never holds the loop past a period.
+    pub deadline: std::time::Duration,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -117,6 +120,9 @@ impl PromScorer {
     ) -> Self {
         let (clusters, clusters_w) = reflector::store::<ManagedCluster>();
         let (scores, scores_w) = reflector::store::<AddOnPlacementScore>();
+        // Metrics change once per push; a cluster's status updates are no reason to query.
+        // Only a change of the set of rated clusters is.
+        let mut rated: std::collections::BTreeSet<String> = Default::default();
         let cluster_events = reflector::reflector(
             clusters_w,
             watcher::watcher(
@@ -125,17 +131,27 @@ impl PromScorer {
             ),
         )
         .default_backoff()
-        .touched_objects()
-        .filter_map(|r| async move {
-            match r {
-                Ok(_) => Some(Change {
-                    what: "ManagedCluster",
-                }),
+        .filter_map(move |r| {
+            let change = match r {
+                Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => {
+                    let name = c.name_any();
+                    if rateable(&c) {
+                        rated.insert(name)
+                    } else {
+                        rated.remove(&name)
+                    }
+                }
+                Ok(watcher::Event::Delete(c)) => rated.remove(&c.name_any()),
+                Ok(watcher::Event::InitDone) => true,
+                Ok(watcher::Event::Init) => false,
                 Err(e) => {
                     tracing::warn!(error = %e, "ManagedCluster watch failed; retrying");
-                    None
+                    false
                 }
-            }
+            };
+            futures::future::ready(change.then_some(Change {
+                what: "ManagedCluster",
+            }))
         });
         let score_events = reflector::reflector(
             scores_w,
@@ -168,9 +184,11 @@ impl PromScorer {
         }
     }
 
-    /// Whether another provider writes `cluster`'s score object: its `managed-by` label or a
-    /// field manager of its status is not ours.
-    fn foreign(&self, cluster: &str) -> bool {
+    /// Whether another provider keeps `cluster`'s score object: its `managed-by` label (the
+    /// framework's writers set it) or a field manager of its status is not ours, and its
+    /// scores are live (`validUntil` ahead; a new object without one for 10 minutes). An
+    /// abandoned object (an uninstalled agent's) is taken over.
+    fn foreign(&self, cluster: &str, now: jiff::Timestamp) -> bool {
         let key = reflector::ObjectRef::new(&self.settings.score_name).within(cluster);
         let Some(score) = self.scores.get(&key) else {
             return false;
@@ -183,7 +201,15 @@ impl PromScorer {
                     .as_deref()
                     .is_some_and(|m| m != self.settings.manager)
         });
-        label_foreign || field_foreign
+        let live = match score.status.as_ref().and_then(|s| s.valid_until.as_ref()) {
+            Some(t) => t.0 > now,
+            None => score
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .is_none_or(|t| now.duration_since(t.0) < jiff::SignedDuration::from_mins(10)),
+        };
+        (label_foreign || field_foreign) && live
     }
 
     async fn run_queries(&self) -> Result<BTreeMap<Metric, Vec<Sample>>, ProviderError> {
@@ -226,22 +252,32 @@ impl PromScorer {
 
 impl ScoreProvider for PromScorer {
     async fn compute(&mut self) -> Result<Computed, ProviderError> {
-        if self.clusters.is_empty() && !self.clusters_listed().await {
+        // Both lists first: before the score objects are listed, an agent's would look free
+        // to take.
+        if !listed(&self.clusters) || !listed(&self.scores) {
             return Err(ProviderError::NotReady(
-                "ManagedClusters not listed yet".into(),
+                "ManagedClusters and AddOnPlacementScores not listed yet".into(),
             ));
         }
-        let answers = self.run_queries().await?;
+        let answers = tokio::time::timeout(self.settings.deadline, self.run_queries())
+            .await
+            .map_err(|_| {
+                ProviderError::Source(format!(
+                    "the queries took longer than {:?}",
+                    self.settings.deadline
+                ))
+            })??;
         let data = assemble(&self.settings.queries.label, &answers);
         let names: Vec<String> = self
             .clusters
             .state()
             .iter()
-            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter(|c| rateable(c))
             .filter_map(|c| c.metadata.name.clone())
             .collect();
-        let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
-        let (computed, counts) = rate(&self.settings, &names, &data, now, |c| self.foreign(c))?;
+        let ts = jiff::Timestamp::now();
+        let now = ts.as_millisecond() as f64 / 1000.0;
+        let (computed, counts) = rate(&self.settings, &names, &data, now, |c| self.foreign(c, ts))?;
         self.metrics.rated.set(counts.rated as i64);
         self.metrics.stale.set(counts.stale as i64);
         self.metrics.skipped.set(counts.skipped as i64);
@@ -257,16 +293,18 @@ impl ScoreProvider for PromScorer {
     }
 }
 
-impl PromScorer {
-    /// The cluster store has listed once (an empty fleet is a fleet too).
-    async fn clusters_listed(&self) -> bool {
-        tokio::time::timeout(
-            std::time::Duration::from_millis(1),
-            self.clusters.wait_until_ready(),
-        )
-        .await
-        .is_ok_and(|r| r.is_ok())
-    }
+/// The store has listed once (an empty list is a list too).
+fn listed<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some_and(|r| r.is_ok())
+}
+
+/// A cluster the scorer rates: accepted by the hub (it has its namespace) and not going.
+fn rateable(c: &ManagedCluster) -> bool {
+    c.metadata.deletion_timestamp.is_none() && c.spec.hub_accepts_client
 }
 
 /// How a compute went.
@@ -299,10 +337,6 @@ pub fn rate(
         let d = data.get(name);
         let outcome = match d {
             None => Some(("NoMetrics", "no metrics for this cluster".to_owned())),
-            Some(d) if d.cpu.is_none() && d.memory.is_none() => Some((
-                "NoMetrics",
-                "no allocatable of a schedulable, Ready node".to_owned(),
-            )),
             Some(d) => match d.newest {
                 None => Some(("NoMetrics", "no sample time for this cluster".to_owned())),
                 Some(t) if now - t > max_age => Some((
@@ -334,13 +368,13 @@ pub fn rate(
     match settings.normalise {
         Normalise::Absolute => {
             for (name, d) in &fresh {
+                // Fresh data without a counted node: nothing is schedulable, as the agent says
+                // (-100, not an expired score that placements would read as 0).
                 let mut free = Free::default();
-                if let Some((cluster, node)) = d.cpu {
-                    free.set(Resource::Cpu, cluster, Some(node));
-                }
-                if let Some((cluster, node)) = d.memory {
-                    free.set(Resource::Memory, cluster, Some(node));
-                }
+                let (cpu, cpu_node) = d.cpu.map_or((0.0, None), |(c, n)| (c, Some(n)));
+                free.set(Resource::Cpu, cpu, cpu_node);
+                let (mem, mem_node) = d.memory.map_or((0.0, None), |(c, n)| (c, Some(n)));
+                free.set(Resource::Memory, mem, mem_node);
                 let mut s = scores(&free, &settings.bounds)?;
                 headroom(&mut s, d)?;
                 out.insert(*name, Outcome::Scores(s));
@@ -350,10 +384,11 @@ pub fn rate(
             let column = |f: &dyn Fn(&ClusterData) -> Option<f64>| {
                 fleet_relative(&fresh.iter().map(|(_, d)| f(d)).collect::<Vec<_>>())
             };
-            let cpu_cluster = column(&|d| d.cpu.map(|c| c.0));
-            let cpu_node = column(&|d| d.cpu.map(|c| c.1));
-            let mem_cluster = column(&|d| d.memory.map(|c| c.0));
-            let mem_node = column(&|d| d.memory.map(|c| c.1));
+            // No counted node is nothing free.
+            let cpu_cluster = column(&|d| Some(d.cpu.map_or(0.0, |c| c.0)));
+            let cpu_node = column(&|d| Some(d.cpu.map_or(0.0, |c| c.1)));
+            let mem_cluster = column(&|d| Some(d.memory.map_or(0.0, |c| c.0)));
+            let mem_node = column(&|d| Some(d.memory.map_or(0.0, |c| c.1)));
             for (i, (name, d)) in fresh.iter().enumerate() {
                 let mut s = Scores::new();
                 let items = [
@@ -403,6 +438,7 @@ mod tests {
             max_data_age: Duration::from_secs(900),
             score_name: "resource-usage-score".into(),
             manager: "resource-usage-hub-scorer".into(),
+            deadline: Duration::from_secs(60),
         }
     }
 

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use super::prom::Sample;
 
 /// Allocatable of schedulable, Ready nodes, by cluster and node (KSM v2 series, all in ACM's
-/// default allow-list).
-const ALLOCATABLE: &str = r#"sum by ({{LABEL}}, node) (
+/// default allow-list). `max`, not `sum`: replicated series (an HA pair, two KSMs, Thanos
+/// without dedup) must not double a node.
+const ALLOCATABLE: &str = r#"max by ({{LABEL}}, node) (
   last_over_time(kube_node_status_allocatable{resource="{{RESOURCE}}"}[{{WINDOW}}])
     and on ({{LABEL}}, node) (last_over_time(kube_node_spec_unschedulable[{{WINDOW}}]) == 0)
     and on ({{LABEL}}, node) (last_over_time(kube_node_status_condition{condition="Ready",status="true"}[{{WINDOW}}]) == 1)
@@ -21,9 +22,9 @@ const ALLOCATABLE: &str = r#"sum by ({{LABEL}}, node) (
 /// Requests by cluster and node. ACM does not forward `kube_pod_status_phase` by default, so
 /// the default counts every pod KSM still reports (completed pods until they are deleted);
 /// [`Queries::active_pods_only`] adds the phase filter when that series is forwarded.
-const REQUESTS: &str = r#"sum by ({{LABEL}}, node) (
+const REQUESTS: &str = r#"sum by ({{LABEL}}, node) (max by ({{LABEL}}, namespace, pod, container, node) (
   last_over_time(kube_pod_container_resource_requests{resource="{{RESOURCE}}"}[{{WINDOW}}]){{ACTIVE}}
-)"#;
+))"#;
 
 const ACTIVE_FILTER: &str = r#"
     and on ({{LABEL}}, namespace, pod) (last_over_time(kube_pod_status_phase{phase=~"Pending|Running"}[{{WINDOW}}]) == 1)"#;
@@ -270,7 +271,10 @@ mod tests {
             assert!(!b.promql.contains("{{"), "{}", b.promql);
         }
         assert!(built[0].promql.contains(r#"resource="cpu""#));
-        assert!(built[0].promql.contains("sum by (cluster_name, node)"));
+        assert!(built[0].promql.contains("max by (cluster_name, node)"));
+        assert!(built[1].promql.contains(
+            "sum by (cluster_name, node) (max by (cluster_name, namespace, pod, container, node)"
+        ));
         assert!(built[2].promql.contains(r#"resource="memory""#));
         assert!(built[1].promql.contains("kube_pod_status_phase"));
         assert!(
