@@ -113,3 +113,116 @@ async fn the_controller_binary_schedules_and_stops_on_sigterm() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The scheduler's RBAC (`scheduler/rbac/scheduler.yaml`) for `sa` in `ns`, applied.
+async fn apply_rbac(client: &kube::Client, ns: &str, sa: &str) {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::core::GroupVersionKind;
+    let text = include_str!("../rbac/scheduler.yaml")
+        .replace("{{NAMESPACE}}", ns)
+        .replace("{{SUBJECT}}", sa);
+    for doc in text.split("\n---\n") {
+        let obj: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
+        let kind = obj["kind"].as_str().unwrap().to_owned();
+        let gvk = GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind);
+        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+        let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        } else {
+            Api::all_with(client.clone(), &ar)
+        };
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        api.patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// The binary as an identity bound to `rbac/scheduler.yaml` only, with leader election:
+/// it schedules, writes decisions, status and events, and is refused the rest.
+#[tokio::test]
+async fn the_controller_runs_with_its_least_privilege() {
+    use kube::api::{Api, ListParams};
+    let hub = Hub::without_controller("pl-rbac").await;
+    hub.clusters(&["a", "b"], json!({})).await;
+    let cp = testenv::shared().await;
+    let sa = "placement-scheduler";
+    apply_rbac(&hub.client, &hub.ns, sa).await;
+    let user = format!("system:serviceaccount:{}:{sa}", hub.ns);
+    let groups = [
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{}", hub.ns),
+    ];
+    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let dir = std::env::temp_dir().join(format!("pl-rbac-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).unwrap();
+    let metrics = port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
+        .args([
+            "controller",
+            "--leader-elect=true",
+            "--debug-bind-address",
+            "",
+        ])
+        .arg(format!("--leader-election-namespace={}", hub.ns))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+        .args(["--namespaces", &hub.ns])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    hub.placement("p", json!({})).await;
+    hub.expect("p", &["a", "b"]).await;
+    hub.expect_condition("p", "PlacementSatisfied", "True", "AllDecisionsScheduled")
+        .await;
+    let events =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(hub.client.clone(), &hub.ns);
+    eventually("its events", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| e.reporting_controller.as_deref() == Some("placement-controller"))
+            .then_some(())
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // What the identity may not do.
+    let me = cp.client_as(&user, &g).unwrap();
+    let forbidden =
+        |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
+    assert!(forbidden(
+        Api::<k8s_openapi::api::core::v1::Secret>::all(me.clone())
+            .list(&ListParams::default())
+            .await
+            .map(drop)
+    ));
+    assert!(forbidden(
+        Api::<ocm_api::Placement>::namespaced(me.clone(), &hub.ns)
+            .delete("p", &Default::default())
+            .await
+            .map(drop)
+    ));
+    assert!(forbidden(
+        Api::<ocm_api::ManagedCluster>::all(me.clone())
+            .delete(&hub.cluster_name("a"), &Default::default())
+            .await
+            .map(drop)
+    ));
+    assert!(forbidden(
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(me, "default")
+            .list(&ListParams::default())
+            .await
+            .map(drop)
+    ));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
