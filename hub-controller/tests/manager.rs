@@ -1167,9 +1167,9 @@ fn token_kubeconfig(cp: &ControlPlane, dir: &Path, token: &str) -> String {
     )
 }
 
-/// The manager's RBAC (`hub-controller/rbac/manager.yaml`) for `sa` in `ns`, applied.
+/// The manager's RBAC (`charts/ocm-placement/files/manager-rbac.yaml`) for `sa` in `ns`, applied.
 async fn apply_manager_rbac(client: &Client, addon: &str, ns: &str, sa: &str) {
-    let text = include_str!("../rbac/manager.yaml")
+    let text = include_str!("../../charts/ocm-placement/files/manager-rbac.yaml")
         .replace("{{ADDON}}", addon)
         .replace("{{NAMESPACE}}", ns)
         .replace("{{SUBJECT}}", sa);

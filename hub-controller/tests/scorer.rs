@@ -485,8 +485,17 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
         .expect("prometheus");
     let dir = std::env::temp_dir().join(format!("scorer-ha-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
+    // The replicas run as a service account bound to the chart's scorer RBAC, nothing more.
+    let sa = "resource-usage-scorer";
+    apply_rbac(&client, &prefix, sa).await;
+    let user = format!("system:serviceaccount:{prefix}:{sa}");
+    let groups = [
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{prefix}"),
+    ];
+    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
     let kubeconfig = dir.join("kubeconfig");
-    cp.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).expect("kubeconfig");
     let spawn = |port: u16| {
         Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
             .args([
@@ -529,6 +538,16 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
     })
     .await;
     let standby = 1 - leader;
+    eventually(
+        "scores written with the scorer's own permission",
+        DEADLINE,
+        || async {
+            score(&client, &cluster.name)
+                .await
+                .filter(|s| !scores_of(s).is_empty())
+        },
+    )
+    .await;
     replicas[leader] = None;
     eventually("the standby takes over", DEADLINE, || async {
         (metric(ports[standby], "scorer_rated_clusters").await > 0.0).then_some(())
@@ -560,5 +579,58 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
     })
     .await;
     assert!(!status.success(), "a lost lease is an error exit: {status}");
+
+    // What the scorer's identity may not do.
+    let me = cp.client_as(&user, &g).expect("client");
+    let refused =
+        |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
+    assert!(refused(
+        Api::<k8s_openapi::api::core::v1::Secret>::all(me.clone())
+            .list(&Default::default())
+            .await
+            .map(drop)
+    ));
+    assert!(refused(
+        Api::<AddOnPlacementScore>::namespaced(me.clone(), &cluster.name)
+            .delete(RESOURCE_USAGE_SCORE, &Default::default())
+            .await
+            .map(drop)
+    ));
+    assert!(refused(
+        Api::<ocm_api::PlacementDecision>::all(me)
+            .list(&Default::default())
+            .await
+            .map(drop)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The chart's scorer RBAC (`charts/ocm-placement/files/scorer-rbac.yaml`) for `sa` in `ns`.
+async fn apply_rbac(client: &Client, ns: &str, sa: &str) {
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    use kube::core::GroupVersionKind;
+    let text = include_str!("../../charts/ocm-placement/files/scorer-rbac.yaml")
+        .replace("{{NAMESPACE}}", ns)
+        .replace("{{SUBJECT}}", sa);
+    for doc in text.split("\n---\n") {
+        let obj: serde_json::Value = serde_saphyr::from_str(doc).expect("rbac yaml");
+        let kind = obj["kind"].as_str().expect("kind").to_owned();
+        let gvk = GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind);
+        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
+            .await
+            .expect("discovery");
+        let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        } else {
+            Api::all_with(client.clone(), &ar)
+        };
+        let name = obj["metadata"]["name"].as_str().expect("name");
+        api.patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+    }
 }

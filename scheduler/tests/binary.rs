@@ -114,11 +114,11 @@ async fn the_controller_binary_schedules_and_stops_on_sigterm() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The scheduler's RBAC (`scheduler/rbac/scheduler.yaml`) for `sa` in `ns`, applied.
+/// The scheduler's RBAC (`charts/ocm-placement/files/scheduler-rbac.yaml`) for `sa` in `ns`, applied.
 async fn apply_rbac(client: &kube::Client, ns: &str, sa: &str) {
     use kube::api::{Api, DynamicObject, Patch, PatchParams};
     use kube::core::GroupVersionKind;
-    let text = include_str!("../rbac/scheduler.yaml")
+    let text = include_str!("../../charts/ocm-placement/files/scheduler-rbac.yaml")
         .replace("{{NAMESPACE}}", ns)
         .replace("{{SUBJECT}}", sa);
     for doc in text.split("\n---\n") {
@@ -142,7 +142,7 @@ async fn apply_rbac(client: &kube::Client, ns: &str, sa: &str) {
     }
 }
 
-/// The binary as an identity bound to `rbac/scheduler.yaml` only, with leader election:
+/// The binary as an identity bound to the chart's `files/scheduler-rbac.yaml` only, with leader election:
 /// it schedules, writes decisions, status and events, and is refused the rest.
 #[tokio::test]
 async fn the_controller_runs_with_its_least_privilege() {
