@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need() { command -v "$1" >/dev/null || { echo "tests/run.sh: $1 is required ($2)" >&2; exit 1; }; }
-need go "to build kube-apiserver and etcd; Go 1.24 or newer"
+need go "to build kube-apiserver, etcd and helm; Go 1.26 or newer (older ones fetch 1.26 through GOTOOLCHAIN=auto)"
 need cargo "the Rust toolchain, 1.95 or newer"
 
 # Components the toolchain may lack on a minimal install.
@@ -21,6 +21,8 @@ tests/control-plane/build.sh
 echo "control plane ready after $((SECONDS - start))s"
 tests/prometheus/build.sh
 echo "prometheus ready after $((SECONDS - start))s"
+tests/helm/build.sh
+echo "helm ready after $((SECONDS - start))s"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

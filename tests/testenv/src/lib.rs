@@ -18,6 +18,7 @@
 //! ```
 
 pub mod crds;
+pub mod helm;
 pub mod http;
 pub mod paths;
 pub mod process;
@@ -73,6 +74,18 @@ pub enum Error {
     /// A request the control plane cannot honour, e.g. a restart after shutdown.
     #[error("{0}")]
     Invalid(String),
+    /// A command (helm) that exited with a failure; `output` holds its status and everything
+    /// it printed, for tests that look closer.
+    #[error(
+        "`{command}` failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        .output.status,
+        String::from_utf8_lossy(&.output.stdout).trim_end(),
+        String::from_utf8_lossy(&.output.stderr).trim_end()
+    )]
+    CommandFailed {
+        command: String,
+        output: std::process::Output,
+    },
 }
 
 impl Error {
