@@ -1,2 +1,5 @@
-//! Cross-crate tests live in `tests/`: the Helm chart (`charts/ocm-placement`) rendered, linted
-//! and installed with the real `helm` against the real apiserver.
+//! The local fleet (`fleet`: a hub control plane, the scheduler, the add-on manager and one
+//! agent per cluster as local processes) and, in `tests/`, the cross-crate tests: the Helm chart
+//! with the real helm and apiserver, and the whole loop on the fleet.
+
+pub mod fleet;

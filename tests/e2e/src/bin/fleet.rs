@@ -1,0 +1,150 @@
+//! `fleet`: a local hub with a few clusters, the placement scheduler, the add-on manager and
+//! one resource-usage agent per cluster as local processes; two Placements that prefer free
+//! CPU; and load that moves. Prints the decisions and the scores as they change. Ctrl-C stops
+//! everything.
+//!
+//! ```sh
+//! cargo run -p e2e --bin fleet
+//! ```
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use e2e::fleet::{Fleet, Options, binaries};
+use serde_json::json;
+
+/// A local fleet whose decisions follow the clusters' free CPU.
+#[derive(Parser)]
+#[command(about)]
+struct Args {
+    /// Seconds between load changes (a burst of pods on the chosen cluster, or its removal).
+    #[arg(long, default_value_t = 20)]
+    every: u64,
+    /// Stop after this many load changes (0: until Ctrl-C).
+    #[arg(long, default_value_t = 0)]
+    rounds: u32,
+    /// Where the processes' logs go (default: a temporary directory, printed).
+    #[arg(long)]
+    logs: Option<std::path::PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), e2e::fleet::Error> {
+    let logs = args.logs.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("ocm-fleet-logs-{}", std::process::id()))
+    });
+    eprintln!("building the binaries (scheduler, add-on manager, agent)...");
+    let bin_dir = binaries(false)?;
+    let opts = Options {
+        clusters: vec![
+            ("cluster-east".into(), 16),
+            ("cluster-west".into(), 24),
+            ("cluster-south".into(), 32),
+        ],
+        refresh: Duration::from_secs(5),
+        debounce: Duration::from_secs(1),
+        bin_dir,
+        log_dir: logs.clone(),
+    };
+    eprintln!(
+        "starting a hub control plane and the fleet (logs in {})...",
+        logs.display()
+    );
+    let mut fleet = Fleet::start(&opts).await?;
+    let prefer_cpu = |n: u32| {
+        json!({"numberOfClusters": n, "clusterSets": ["fleet"],
+               "prioritizerPolicy": {"mode": "Exact", "configurations": [
+                   {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "resource-usage-score", "scoreName": "cpuAvailable"}}, "weight": 1}]}})
+    };
+    fleet.placement("most-free-cpu", prefer_cpu(1)).await?;
+    fleet.placement("two-most-free", prefer_cpu(2)).await?;
+    println!(
+        "Placements in namespace fleet: most-free-cpu (1 cluster), two-most-free (2); load moves every {} s. Ctrl-C stops.",
+        args.every
+    );
+
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    let mut last = String::new();
+    let mut loaded: Option<String> = None;
+    let mut next_change = tokio::time::Instant::now() + Duration::from_secs(args.every);
+    let mut rounds = 0;
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        fleet.check()?;
+        let mut scores = BTreeMap::new();
+        for c in &fleet.clusters {
+            scores.insert(c.clone(), fleet.cpu_score(c).await);
+        }
+        let best = fleet.decisions("most-free-cpu").await?;
+        let two = fleet.decisions("two-most-free").await?;
+        let line = format!(
+            "most-free-cpu -> {best:?}   two-most-free -> {two:?}   cpuAvailable {}",
+            scores
+                .iter()
+                .map(|(c, s)| format!("{c}={}", s.map_or("-".into(), |v| v.to_string())))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        if line != last {
+            println!("{} {line}", jiff::Timestamp::now().strftime("%H:%M:%S"));
+            last = line;
+        }
+        if tokio::time::Instant::now() >= next_change && !best.is_empty() {
+            next_change = tokio::time::Instant::now() + Duration::from_secs(args.every);
+            match loaded.take() {
+                Some(c) => {
+                    println!("-- load leaves {c}");
+                    fleet.unload(&c).await?;
+                }
+                None => {
+                    let c = best[0].clone();
+                    println!("-- a burst of 20 pods (1.2 cores each) lands on {c}");
+                    fleet.load(&c, 20, 1200).await?;
+                    loaded = Some(c);
+                }
+            }
+            rounds += 1;
+            if args.rounds > 0 && rounds >= args.rounds {
+                // Let the last change show before stopping.
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                for c in &fleet.clusters {
+                    println!("{c}: cpuAvailable {:?}", fleet.cpu_score(c).await);
+                }
+                println!(
+                    "most-free-cpu -> {:?}",
+                    fleet.decisions("most-free-cpu").await?
+                );
+                break;
+            }
+        }
+    }
+    println!("stopping the fleet");
+    drop(fleet);
+    Ok(())
+}

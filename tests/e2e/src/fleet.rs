@@ -1,0 +1,371 @@
+//! A local fleet on one machine: a real hub control plane (testenv's etcd and kube-apiserver
+//! with the upstream OCM CRDs) whose apiserver also plays every managed cluster (each cluster's
+//! synthetic nodes carry its name in a label, and its agent counts only those), the placement
+//! scheduler, the add-on manager and one resource-usage agent per cluster as local processes.
+//! What the `fleet` binary runs, and what the end-to-end test drives.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use ocm_api::{AddOnPlacementScore, ManagedCluster, PlacementDecision};
+use serde_json::{Value, json};
+use testenv::ControlPlane;
+
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The label that says which cluster a synthetic node belongs to.
+pub const CLUSTER_LABEL: &str = "fleet.ocm-placement.io/cluster";
+/// The namespace of the fleet's Placements (bound to the cluster set `fleet`).
+pub const PLACEMENTS: &str = "fleet";
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Cluster name and its CPU cores (spread over two nodes of equal size).
+    pub clusters: Vec<(String, u32)>,
+    /// The agents' refresh period (they also react to pod changes after `debounce`).
+    pub refresh: Duration,
+    pub debounce: Duration,
+    /// Where the three binaries are (`placement-scheduler`, `resource-usage-hub`,
+    /// `resource-usage-agent`).
+    pub bin_dir: PathBuf,
+    /// Where the processes' logs go.
+    pub log_dir: PathBuf,
+}
+
+/// The running fleet; everything stops when it is dropped.
+pub struct Fleet {
+    pub cp: ControlPlane,
+    pub client: Client,
+    pub clusters: Vec<String>,
+    children: Vec<(String, Child)>,
+    dir: PathBuf,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The directory of the binaries next to the running executable (a test's `target/<profile>`),
+/// building them with cargo when one is missing.
+pub fn binaries(build: bool) -> Result<PathBuf, Error> {
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent().ok_or("no executable directory")?.to_path_buf();
+    if dir.ends_with("deps") || dir.ends_with("examples") {
+        dir.pop();
+    }
+    let names = [
+        "placement-scheduler",
+        "resource-usage-hub",
+        "resource-usage-agent",
+    ];
+    if build || names.iter().any(|n| !dir.join(n).exists()) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.arg("build");
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        for (pkg, bin) in [
+            ("placement-scheduler", "placement-scheduler"),
+            ("resource-usage-hub", "resource-usage-hub"),
+            ("resource-usage-agent", "resource-usage-agent"),
+        ] {
+            cmd.args(["-p", pkg, "--bin", bin]);
+        }
+        let status = cmd.status()?;
+        if !status.success() {
+            return Err("building the fleet's binaries failed".into());
+        }
+    }
+    Ok(dir)
+}
+
+impl Fleet {
+    pub async fn start(opts: &Options) -> Result<Fleet, Error> {
+        let cp = ControlPlane::start(testenv::Options::default().with_upstream_crds()).await?;
+        let client = cp.client()?;
+        let dir = std::env::temp_dir().join(format!("ocm-fleet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(&opts.log_dir)?;
+        let kubeconfig = dir.join("kubeconfig");
+        cp.write_kubeconfig(&kubeconfig)?;
+        let mut fleet = Fleet {
+            cp,
+            client: client.clone(),
+            clusters: opts.clusters.iter().map(|(c, _)| c.clone()).collect(),
+            children: Vec::new(),
+            dir,
+        };
+
+        // The cluster set, its binding and the Placements' namespace.
+        create(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLACEMENTS}}),
+        )
+        .await?;
+        create(&client, json!({"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSet",
+            "metadata": {"name": "fleet"}, "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}})).await?;
+        create(&client, json!({"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSetBinding",
+            "metadata": {"name": "fleet", "namespace": PLACEMENTS}, "spec": {"clusterSet": "fleet"}})).await?;
+        for (cluster, cores) in &opts.clusters {
+            fleet.register(cluster, *cores).await?;
+        }
+
+        let k = kubeconfig.display().to_string();
+        let bin = |n: &str| opts.bin_dir.join(n);
+        fleet.spawn(
+            "scheduler",
+            &bin("placement-scheduler"),
+            &[
+                "controller",
+                "--leader-elect=false",
+                "--debug-bind-address=",
+                "--metrics-bind-address=127.0.0.1:0",
+                &format!("--kubeconfig={k}"),
+            ],
+            &opts.log_dir,
+        )?;
+        fleet.spawn(
+            "manager",
+            &bin("resource-usage-hub"),
+            &[
+                "manager",
+                "--leader-elect=false",
+                "--agent-image=quay.io/ocm-placement/resource-usage-agent:local",
+                "--metrics-bind-address=127.0.0.1:0",
+                &format!("--kubeconfig={k}"),
+            ],
+            &opts.log_dir,
+        )?;
+        // One range for every agent, so that scores compare across clusters: the biggest
+        // cluster's cores.
+        let biggest = opts
+            .clusters
+            .iter()
+            .map(|(_, c)| *c)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        for (cluster, _) in &opts.clusters {
+            let agents = format!("agents-{cluster}");
+            create(
+                &client,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": agents}}),
+            )
+            .await?;
+            fleet.spawn(
+                &format!("agent-{cluster}"),
+                &bin("resource-usage-agent"),
+                &[
+                    "run",
+                    &format!("--hub-kubeconfig={k}"),
+                    &format!("--kubeconfig={k}"),
+                    &format!("--cluster-name={cluster}"),
+                    &format!("--addon-namespace={agents}"),
+                    &format!("--node-selector={CLUSTER_LABEL}={cluster}"),
+                    &format!("--cpu-range=0:{biggest}"),
+                    &format!("--refresh-period={}ms", opts.refresh.as_millis()),
+                    &format!("--debounce={}ms", opts.debounce.as_millis()),
+                    "--metrics-bind-address=127.0.0.1:0",
+                ],
+                &opts.log_dir,
+            )?;
+        }
+        Ok(fleet)
+    }
+
+    /// A ManagedCluster, its namespace, and its two synthetic nodes.
+    async fn register(&self, cluster: &str, cores: u32) -> Result<(), Error> {
+        let c = &self.client;
+        create(
+            c,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster}}),
+        )
+        .await?;
+        create(c, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("load-{cluster}")}})).await?;
+        create(c, json!({"apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+            "metadata": {"name": cluster, "labels": {"cluster.open-cluster-management.io/clusterset": "fleet"}},
+            "spec": {"hubAcceptsClient": true}})).await?;
+        let nodes = Api::<Node>::all(c.clone());
+        for i in 0..2 {
+            let cpu = format!("{}", cores.div_ceil(2));
+            let name = format!("{cluster}-n{i}");
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {CLUSTER_LABEL: cluster}},
+                "status": {"allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "500"},
+                           "capacity": {"cpu": cpu, "memory": "64Gi", "pods": "500"},
+                           "conditions": [{"type": "Ready", "status": "True"}]}
+            }))?;
+            nodes.create(&PostParams::default(), &node).await?;
+            // Play kubelet: the status a create drops, and no not-ready taint.
+            nodes
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": node.status})),
+                )
+                .await?;
+            nodes
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"taints": []}})),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn spawn(&mut self, name: &str, bin: &Path, args: &[&str], logs: &Path) -> Result<(), Error> {
+        let log = std::fs::File::create(logs.join(format!("{name}.log")))?;
+        // The child dies with us even on SIGKILL, where setpriv is installed.
+        let setpriv = std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("setpriv"))
+                .find(|p| p.is_file())
+        });
+        let mut cmd = match setpriv {
+            Some(s) => {
+                let mut c = Command::new(s);
+                c.args(["--pdeathsig", "KILL", "--"]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = cmd
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", bin.display()))?;
+        self.children.push((name.to_owned(), child));
+        Ok(())
+    }
+
+    /// Fails when a process has exited.
+    pub fn check(&mut self) -> Result<(), Error> {
+        for (name, c) in &mut self.children {
+            if let Some(s) = c.try_wait()? {
+                return Err(format!("{name} exited: {s}").into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a Placement in the fleet's namespace.
+    pub async fn placement(&self, name: &str, spec: Value) -> Result<(), Error> {
+        create(
+            &self.client,
+            json!({"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+            "metadata": {"name": name, "namespace": PLACEMENTS}, "spec": spec}),
+        )
+        .await
+    }
+
+    /// The clusters a Placement's decisions name, sorted.
+    pub async fn decisions(&self, placement: &str) -> Result<Vec<String>, Error> {
+        let api = Api::<PlacementDecision>::namespaced(self.client.clone(), PLACEMENTS);
+        let lp = ListParams::default().labels(&format!(
+            "cluster.open-cluster-management.io/placement={placement}"
+        ));
+        let mut out: Vec<String> = api
+            .list(&lp)
+            .await?
+            .items
+            .iter()
+            .flat_map(|d| d.status.iter().flat_map(|s| s.decisions.iter()))
+            .map(|d| d.cluster_name.clone())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// A cluster's `cpuAvailable`, when it has one.
+    pub async fn cpu_score(&self, cluster: &str) -> Option<i32> {
+        let s = Api::<AddOnPlacementScore>::namespaced(self.client.clone(), cluster)
+            .get_opt("resource-usage-score")
+            .await
+            .ok()??;
+        s.status?
+            .scores
+            .iter()
+            .find(|i| i.name == "cpuAvailable")
+            .map(|i| i.value)
+    }
+
+    /// A burst of `pods` pods requesting `millicores` each on `cluster`'s nodes.
+    pub async fn load(&self, cluster: &str, pods: usize, millicores: u32) -> Result<(), Error> {
+        let api = Api::<Pod>::namespaced(self.client.clone(), &format!("load-{cluster}"));
+        let existing = api.list(&ListParams::default()).await?.items.len();
+        for i in 0..pods {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("load-{}", existing + i)},
+                "spec": {"nodeName": format!("{cluster}-n{}", i % 2),
+                         "containers": [{"name": "work", "image": "example.invalid/load",
+                                         "resources": {"requests": {"cpu": format!("{millicores}m")}}}]}
+            }))?;
+            api.create(&PostParams::default(), &pod).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the load of `cluster`.
+    pub async fn unload(&self, cluster: &str) -> Result<(), Error> {
+        let api = Api::<Pod>::namespaced(self.client.clone(), &format!("load-{cluster}"));
+        for p in api.list(&ListParams::default()).await?.items {
+            api.delete(&p.name_any(), &DeleteParams::default().grace_period(0))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Puts a NoSelect taint on `cluster` (what the hub does to an unavailable cluster).
+    pub async fn taint(&self, cluster: &str) -> Result<(), Error> {
+        let now = jiff::Timestamp::now().to_string();
+        Api::<ManagedCluster>::all(self.client.clone())
+            .patch(
+                cluster,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": [{
+                    "key": "cluster.open-cluster-management.io/unavailable",
+                    "effect": "NoSelect", "timeAdded": now}]}})),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+async fn create(client: &Client, obj: Value) -> Result<(), Error> {
+    use kube::api::DynamicObject;
+    use kube::core::GroupVersionKind;
+    let api_version = obj["apiVersion"].as_str().ok_or("apiVersion")?;
+    let kind = obj["kind"].as_str().ok_or("kind")?;
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        _ => Api::all_with(client.clone(), &ar),
+    };
+    let o: DynamicObject = serde_json::from_value(obj)?;
+    match api.create(&PostParams::default(), &o).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
