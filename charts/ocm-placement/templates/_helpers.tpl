@@ -22,11 +22,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - --log-format={{ .Values.logFormat }}
 - --metrics-bind-address=0.0.0.0:8080
 - --client-qps={{ .Values.client.qps }}
-- --client-burst={{ .Values.client.burst }}
+- --client-burst={{ int64 .Values.client.burst }}
 - --leader-elect={{ .Values.leaderElection.enabled }}
 - --leader-election-lease-duration={{ .Values.leaderElection.leaseDuration }}
 - --leader-election-renew-deadline={{ .Values.leaderElection.renewDeadline }}
 - --leader-election-retry-period={{ .Values.leaderElection.retryPeriod }}
+{{- end }}
+
+{{/* The pod's security: a fixed non-root user (images may run as root or a named user). */}}
+{{- define "ocm-placement.podSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
+{{/* One replica unless leader election is on: two active replicas would both write. */}}
+{{- define "ocm-placement.replicas" -}}
+{{- $replicas := int (index . 1) -}}
+{{- if and (gt $replicas 1) (not (index . 0).Values.leaderElection.enabled) -}}
+{{- fail (printf "%s: %d replicas need leaderElection.enabled" (index . 2) $replicas) -}}
+{{- end -}}
+{{ $replicas }}
 {{- end }}
 
 {{/* Env, probes and security every container shares (each declares its ports, with

@@ -152,8 +152,16 @@ fn lints_renders_and_checks_its_values() {
         "--set",
         "scorer.enabled=true,scorer.prometheusURL=https://thanos:9091,scorer.tokenSecret=prom-token,scorer.caConfigMap=prom-ca",
         "--set",
-        "scheduler.debug.enabled=true,installCRDs=true",
+        "scheduler.debug.enabled=true,scheduler.debug.tlsSecret=debug-tls,installCRDs=true",
     ]);
+    let scheduler = args_of(&docs, "placement-scheduler");
+    for a in [
+        "--debug-bind-address=0.0.0.0:9443",
+        "--tls-cert-file=/etc/debug-tls/tls.crt",
+        "--tls-key-file=/etc/debug-tls/tls.key",
+    ] {
+        assert!(scheduler.iter().any(|x| x == a), "{a} in {scheduler:?}");
+    }
     let scorer = args_of(&docs, "resource-usage-hub-scorer");
     for a in [
         "scorer",
@@ -215,6 +223,11 @@ fn lints_renders_and_checks_its_values() {
         "leaderElection.leaseDuration=fifteen",
         "scheduler.replicas=-1",
         "unknownKey=1",
+        "client.burst=4000000",
+        // The templates' own checks.
+        "scheduler.debug.enabled=true",
+        "scheduler.debug.enabled=true,scheduler.debug.insecure=true,scheduler.debug.port=8080",
+        "leaderElection.enabled=false",
     ] {
         let out =
             helm::helm_output(&["template", "r", &chart, "--set", bad], None).expect("helm ran");
@@ -317,6 +330,11 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
         .await
         .expect("scorer role");
 
+    // The binaries run with exactly the chart's arguments, as the chart's service accounts
+    // (the RBAC it installed), against this hub: they come up, and the scheduler writes the
+    // chart's Placement.
+    run_as_the_chart(cp, &ns).await;
+
     // Uninstall: everything goes.
     run(strings(&["uninstall", "r", "--namespace", &ns]), kc.clone()).await;
     eventually("everything removed", DEADLINE, || async {
@@ -337,6 +355,25 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
                 .ok()?
                 .is_none()
             && Api::<Placement>::namespaced(client.clone(), &ns)
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+            && Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .all(|a| a.metadata.name.as_deref() == Some("default"))
+            && Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), &ns)
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+            && Api::<ManagedClusterSetBinding>::namespaced(client.clone(), &ns)
                 .list(&Default::default())
                 .await
                 .ok()?
@@ -393,5 +430,113 @@ async fn installs_the_crds_when_asked_and_keeps_them() {
     .await;
     for n in &names {
         crds.get(n).await.expect("CRDs are kept");
+    }
+}
+
+/// Runs each Deployment's container args (what `helm template` renders for this release) as its
+/// service account; the metrics address moves to a free loopback port.
+async fn run_as_the_chart(cp: &ControlPlane, ns: &str) {
+    use std::process::{Command, Stdio};
+    let docs = {
+        let chart = chart();
+        let out = helm::helm(
+            &[
+                "template", "r", &chart, "--namespace", ns, "--set",
+                "scheduler.replicas=1,scorer.enabled=true,scorer.prometheusURL=http://prometheus:9090",
+            ],
+            None,
+        )
+        .expect("helm template");
+        serde_saphyr::from_multiple::<Value>(&helm::stdout(&out)).expect("yaml")
+    };
+    let bins = e2e::fleet::binaries(false).expect("binaries");
+    let mut children = Vec::new();
+    let mut ports = Vec::new();
+    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        let spec = &d["spec"]["template"]["spec"];
+        let sa = spec["serviceAccountName"]
+            .as_str()
+            .expect("service account");
+        let image = spec["containers"][0]["image"].as_str().expect("image");
+        // quay.io/ocm-placement/<binary>:<tag>
+        let binary = image
+            .rsplit('/')
+            .next()
+            .and_then(|i| i.split(':').next())
+            .expect("binary name");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("port");
+        let args: Vec<String> = spec["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .map(|a| {
+                if a.starts_with("--metrics-bind-address=") {
+                    format!("--metrics-bind-address=127.0.0.1:{port}")
+                } else {
+                    a.to_owned()
+                }
+            })
+            .collect();
+        let user = format!("system:serviceaccount:{ns}:{sa}");
+        let groups = [
+            "system:serviceaccounts".to_owned(),
+            format!("system:serviceaccounts:{ns}"),
+        ];
+        let g: Vec<&str> = groups.iter().map(String::as_str).collect();
+        let kc = std::env::temp_dir().join(format!("chart-run-{}-{sa}", std::process::id()));
+        std::fs::write(&kc, cp.kubeconfig(Some((&user, &g)))).expect("kubeconfig");
+        let child = Command::new(bins.join(binary))
+            .args(&args)
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .env("POD_NAMESPACE", ns)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{binary}: {e}"));
+        children.push(child);
+        ports.push((args[0].clone(), port));
+    }
+    assert_eq!(ports.len(), 3, "{ports:?}");
+    for (command, port) in &ports {
+        // The scorer's queries fail (no Prometheus): alive, not ready. The others: ready.
+        let path = if command == "scorer" {
+            "/healthz"
+        } else {
+            "/readyz"
+        };
+        eventually(
+            &format!("{command} on {port} answers {path}"),
+            DEADLINE,
+            || async {
+                let (code, _) = testenv::http::get(([127, 0, 0, 1], *port).into(), path)
+                    .await
+                    .ok()?;
+                (code == 200).then_some(())
+            },
+        )
+        .await;
+    }
+    let client = cp.client().expect("client");
+    eventually(
+        "the chart's Placement scheduled by the chart's scheduler",
+        DEADLINE,
+        || async {
+            let p = Api::<Placement>::namespaced(client.clone(), ns)
+                .get("resource-usage-collect-global")
+                .await
+                .ok()?;
+            p.status
+                .filter(|s| s.conditions.iter().any(|c| c.type_ == "PlacementSatisfied"))
+                .map(|_| ())
+        },
+    )
+    .await;
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }

@@ -59,6 +59,7 @@ async fn load_moves_the_decision_and_a_taint_fails_it_over() {
         "scores moved"
     );
     eprintln!("the decision moved {moved:?} after the burst");
+    assert!(moved < Duration::from_secs(10), "within seconds: {moved:?}");
 
     // The chosen cluster becomes unavailable (NoSelect taint): the backup takes over.
     fleet.taint("west").await.expect("taint");

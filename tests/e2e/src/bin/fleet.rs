@@ -55,8 +55,15 @@ async fn run(args: Args) -> Result<(), e2e::fleet::Error> {
     let logs = args.logs.unwrap_or_else(|| {
         std::env::temp_dir().join(format!("ocm-fleet-logs-{}", std::process::id()))
     });
+    // Ctrl-C from the start: during the setup it stops the fleet once it is up (and drops it).
+    let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = stop_tx.send(true);
+        }
+    });
     eprintln!("building the binaries (scheduler, add-on manager, agent)...");
-    let bin_dir = binaries(false)?;
+    let bin_dir = binaries(true)?;
     let opts = Options {
         clusters: vec![
             ("cluster-east".into(), 16),
@@ -85,15 +92,16 @@ async fn run(args: Args) -> Result<(), e2e::fleet::Error> {
         args.every
     );
 
-    let stop = tokio::signal::ctrl_c();
-    tokio::pin!(stop);
     let mut last = String::new();
     let mut loaded: Option<String> = None;
     let mut next_change = tokio::time::Instant::now() + Duration::from_secs(args.every);
     let mut rounds = 0;
     loop {
+        if *stop.borrow() {
+            break;
+        }
         tokio::select! {
-            _ = &mut stop => break,
+            _ = stop.changed() => break,
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
         fleet.check()?;
