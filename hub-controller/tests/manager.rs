@@ -12,8 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use ocm_api::addon::v1alpha1::{
     AddOnDeploymentConfig, ClusterManagementAddOn, ManagedClusterAddOn,
@@ -1007,24 +1006,10 @@ async fn the_works_manifests_run_the_agent_that_scores_on_the_hub() {
     let mut deployment = None;
     for m in &w.spec.workload.manifests {
         let obj = &m.raw;
-        let api_version = obj["apiVersion"].as_str().expect("apiVersion");
-        let kind = obj["kind"].as_str().expect("kind");
-        let (g, v) = api_version.split_once('/').unwrap_or(("", api_version));
-        let gvk = GroupVersionKind::gvk(g, v, kind);
-        let (ar, caps) = kube::discovery::pinned_kind(&spoke, &gvk)
+        testenv::apply(&spoke, obj, AGENT_NS)
             .await
-            .expect("discovery");
-        let name = obj["metadata"]["name"].as_str().expect("name");
-        let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
-            Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
-                Api::namespaced_with(spoke.clone(), ns, &ar)
-            }
-            _ => Api::all_with(spoke.clone(), &ar),
-        };
-        api.patch(name, &PatchParams::apply("work-agent"), &Patch::Apply(obj))
-            .await
-            .unwrap_or_else(|e| panic!("the managed cluster refuses {kind} {name}: {e}"));
-        if kind == "Deployment" {
+            .unwrap_or_else(|e| panic!("the managed cluster refuses {}: {e}", obj["kind"]));
+        if obj["kind"] == "Deployment" {
             deployment = Some(obj.clone());
         }
     }
@@ -1173,27 +1158,9 @@ async fn apply_manager_rbac(client: &Client, addon: &str, ns: &str, sa: &str) {
         .replace("{{ADDON}}", addon)
         .replace("{{NAMESPACE}}", ns)
         .replace("{{SUBJECT}}", sa);
-    for doc in text.split("\n---\n") {
-        let obj: Value = serde_saphyr::from_str(doc).expect("rbac yaml");
-        let kind = obj["kind"].as_str().expect("kind").to_owned();
-        let gvk = GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind);
-        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
-            .await
-            .expect("discovery");
-        let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
-            Api::namespaced_with(client.clone(), ns, &ar)
-        } else {
-            Api::all_with(client.clone(), &ar)
-        };
-        let name = obj["metadata"]["name"].as_str().expect("name");
-        api.patch(
-            name,
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&obj),
-        )
+    testenv::apply_yaml(client, &text, ns)
         .await
-        .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
-    }
+        .expect("the manager's RBAC");
 }
 
 fn free_port() -> u16 {

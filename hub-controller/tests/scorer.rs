@@ -607,30 +607,10 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
 
 /// The chart's scorer RBAC (`charts/ocm-placement/files/scorer-rbac.yaml`) for `sa` in `ns`.
 async fn apply_rbac(client: &Client, ns: &str, sa: &str) {
-    use kube::api::{DynamicObject, Patch, PatchParams};
-    use kube::core::GroupVersionKind;
     let text = include_str!("../../charts/ocm-placement/files/scorer-rbac.yaml")
         .replace("{{NAMESPACE}}", ns)
         .replace("{{SUBJECT}}", sa);
-    for doc in text.split("\n---\n") {
-        let obj: serde_json::Value = serde_saphyr::from_str(doc).expect("rbac yaml");
-        let kind = obj["kind"].as_str().expect("kind").to_owned();
-        let gvk = GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind);
-        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
-            .await
-            .expect("discovery");
-        let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
-            Api::namespaced_with(client.clone(), ns, &ar)
-        } else {
-            Api::all_with(client.clone(), &ar)
-        };
-        let name = obj["metadata"]["name"].as_str().expect("name");
-        api.patch(
-            name,
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&obj),
-        )
+    testenv::apply_yaml(client, &text, ns)
         .await
-        .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
-    }
+        .expect("the scorer's RBAC");
 }

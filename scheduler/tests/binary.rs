@@ -114,32 +114,13 @@ async fn the_controller_binary_schedules_and_stops_on_sigterm() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The scheduler's RBAC (`charts/ocm-placement/files/scheduler-rbac.yaml`) for `sa` in `ns`, applied.
+/// The scheduler's RBAC (`charts/ocm-placement/files/scheduler-rbac.yaml`) for `sa` in `ns`,
+/// applied.
 async fn apply_rbac(client: &kube::Client, ns: &str, sa: &str) {
-    use kube::api::{Api, DynamicObject, Patch, PatchParams};
-    use kube::core::GroupVersionKind;
     let text = include_str!("../../charts/ocm-placement/files/scheduler-rbac.yaml")
         .replace("{{NAMESPACE}}", ns)
         .replace("{{SUBJECT}}", sa);
-    for doc in text.split("\n---\n") {
-        let obj: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
-        let kind = obj["kind"].as_str().unwrap().to_owned();
-        let gvk = GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind);
-        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-        let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
-            Api::namespaced_with(client.clone(), ns, &ar)
-        } else {
-            Api::all_with(client.clone(), &ar)
-        };
-        let name = obj["metadata"]["name"].as_str().unwrap();
-        api.patch(
-            name,
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .unwrap();
-    }
+    testenv::apply_yaml(client, &text, ns).await.unwrap();
 }
 
 /// The binary as an identity bound to the chart's `files/scheduler-rbac.yaml` only, with leader election:

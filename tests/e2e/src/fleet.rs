@@ -348,24 +348,8 @@ impl Fleet {
     }
 }
 
+/// Creates (applies) one object.
 async fn create(client: &Client, obj: Value) -> Result<(), Error> {
-    use kube::api::DynamicObject;
-    use kube::core::GroupVersionKind;
-    let api_version = obj["apiVersion"].as_str().ok_or("apiVersion")?;
-    let kind = obj["kind"].as_str().ok_or("kind")?;
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
-    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
-        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
-            Api::namespaced_with(client.clone(), ns, &ar)
-        }
-        _ => Api::all_with(client.clone(), &ar),
-    };
-    let o: DynamicObject = serde_json::from_value(obj)?;
-    match api.create(&PostParams::default(), &o).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    testenv::apply(client, &obj, PLACEMENTS).await?;
+    Ok(())
 }

@@ -17,6 +17,7 @@
 //! # let _ = (ns, alice, kubeconfig); Ok(()) }
 //! ```
 
+pub mod apply;
 pub mod crds;
 pub mod helm;
 pub mod http;
@@ -28,6 +29,7 @@ pub mod prometheus;
 mod control_plane;
 mod pki;
 
+pub use apply::{apply, apply_yaml};
 pub use control_plane::{ControlPlane, Options};
 pub use crds::{install_crds, namespace, upstream_crds};
 pub use pki::{ClientCertificate, certificate_request};
