@@ -138,7 +138,7 @@ impl ControlPlane {
     }
 
     async fn start_once(etcd_bin: &Path, apiserver_bin: &Path) -> Result<Self, Error> {
-        let dir = new_instance_dir()?;
+        let dir = paths::instance_dir("ocm-testenv")?;
         let result = Self::start_in(&dir, etcd_bin, apiserver_bin).await;
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
@@ -560,29 +560,4 @@ fn free_ports() -> Result<[u16; 3], Error> {
         *slot = l.local_addr().map_err(Error::io("pick free ports"))?.port();
     }
     Ok(ports)
-}
-
-/// `$TMPDIR/ocm-testenv/<pid>-<n>`. Directories left by processes that no longer run (killed
-/// outright, so no hook ran) are removed first.
-fn new_instance_dir() -> Result<PathBuf, Error> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let root = std::env::temp_dir().join("ocm-testenv");
-    std::fs::create_dir_all(&root).map_err(Error::io(format!("create {}", root.display())))?;
-    if let Ok(entries) = std::fs::read_dir(&root) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let owner = name.split('-').next().and_then(|p| p.parse::<u32>().ok());
-            if owner.is_some_and(|pid| !process::is_running(pid)) {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    }
-    let dir = root.join(format!(
-        "{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(Error::io(format!("create {}", dir.display())))?;
-    Ok(dir)
 }

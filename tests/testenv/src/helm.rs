@@ -158,18 +158,10 @@ fn home() -> Result<&'static Path, Error> {
     static HOME: OnceLock<Arc<HelmHome>> = OnceLock::new();
     let home = HOME.get_or_init(|| {
         let root = std::env::temp_dir().join("ocm-testenv-helm");
-        if let Ok(entries) = std::fs::read_dir(&root) {
-            for entry in entries.flatten() {
-                let owner = entry
-                    .file_name()
-                    .to_str()
-                    .and_then(|n| n.parse::<u32>().ok());
-                if owner.is_some_and(|pid| pid == std::process::id() || !process::is_running(pid)) {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        let home = Arc::new(HelmHome(root.join(std::process::id().to_string())));
+        paths::sweep(&root);
+        let own = root.join(std::process::id().to_string());
+        let _ = std::fs::remove_dir_all(&own);
+        let home = Arc::new(HelmHome(own));
         let hook: Arc<dyn Shutdown> = home.clone();
         process::register_for_exit(&hook);
         home

@@ -53,3 +53,37 @@ pub fn etcd() -> PathBuf {
 pub fn upstream_crds_dir() -> PathBuf {
     versioned("OCM_API_VERSION", "ocm-api", "crds", "TESTENV_OCM_CRDS")
 }
+
+/// `$TMPDIR/<root>/<pid>-<n>`, new and empty, for one process (etcd and kube-apiserver,
+/// Prometheus). Directories of processes that no longer run are removed first.
+pub(crate) fn instance_dir(root: &str) -> Result<PathBuf, crate::Error> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let root = std::env::temp_dir().join(root);
+    std::fs::create_dir_all(&root)
+        .map_err(crate::Error::io(format!("create {}", root.display())))?;
+    sweep(&root);
+    let dir = root.join(format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(crate::Error::io(format!("create {}", dir.display())))?;
+    Ok(dir)
+}
+
+/// Removes the entries of `root` named `<pid>` or `<pid>-...` whose process no longer runs
+/// (killed outright, so no drop or exit hook ran).
+pub(crate) fn sweep(root: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let owner = name.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        if owner.is_some_and(|pid| !crate::process::is_running(pid)) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}

@@ -36,7 +36,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::process::{self, ManagedChild};
+use crate::process::ManagedChild;
 use crate::{Error, http, paths};
 
 /// Overrides the cached binary.
@@ -250,7 +250,7 @@ impl Prometheus {
             ));
         }
         let bin = binary()?;
-        let dir = new_instance_dir()?;
+        let dir = paths::instance_dir("ocm-testenv-prometheus")?;
         let config = dir.join("prometheus.yml");
         write_file(&config, &config_yaml(targets, scrape_interval))?;
         let mut prometheus = Prometheus {
@@ -501,31 +501,6 @@ fn exited(status: String, log: &Path) -> Error {
         log: log.to_path_buf(),
         tail,
     }
-}
-
-/// `$TMPDIR/ocm-testenv-prometheus/<pid>-<n>`. Directories of processes that no longer run
-/// (killed outright, so no drop ran) are removed first.
-fn new_instance_dir() -> Result<PathBuf, Error> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let root = std::env::temp_dir().join("ocm-testenv-prometheus");
-    std::fs::create_dir_all(&root).map_err(Error::io(format!("create {}", root.display())))?;
-    if let Ok(entries) = std::fs::read_dir(&root) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let owner = name.split('-').next().and_then(|p| p.parse::<u32>().ok());
-            if owner.is_some_and(|pid| !process::is_running(pid)) {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    }
-    let dir = root.join(format!(
-        "{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(Error::io(format!("create {}", dir.display())))?;
-    Ok(dir)
 }
 
 #[cfg(test)]
