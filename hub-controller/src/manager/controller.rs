@@ -260,6 +260,7 @@ pub async fn run(
     let mut errors: BTreeMap<(String, Step), String> = BTreeMap::new();
     let mut renders = plan::Renders::default();
     let mut failures: u32 = 0;
+    let mut refusals = super::csr::Reporter::new(client.clone(), MANAGER);
     let mut next = options.resync;
     tokio::pin!(shutdown);
     loop {
@@ -285,6 +286,7 @@ pub async fn run(
         for w in &planned.warnings {
             tracing::warn!("{w}");
         }
+        refusals.report(&planned.refused_csrs).await;
         // A failure is reported until the write succeeds or is no longer needed.
         let before = errors.len();
         errors.retain(|(c, s), _| {

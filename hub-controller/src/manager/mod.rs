@@ -2,6 +2,7 @@
 //! registration, health, rollout) are pure functions over a snapshot; `controller` watches,
 //! feeds them and writes what they say.
 pub mod controller;
+pub mod csr;
 pub mod health;
 pub mod install;
 pub mod plan;

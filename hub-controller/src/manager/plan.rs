@@ -193,6 +193,8 @@ pub struct Plan {
     pub recheck_after: Option<Duration>,
     /// Things a person should read (bad strategies, unknown configs).
     pub warnings: Vec<String>,
+    /// This add-on's CSRs left unapproved, and why (reported once each by the controller).
+    pub refused_csrs: Vec<super::csr::RefusedCsr>,
 }
 
 /// The add-on on one cluster while planning.
@@ -703,14 +705,16 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
             })
     };
     for csr in &snap.csrs {
-        let ok = registration::check_csr(csr, &settings.addon, &settings.agent, registered);
-        if ok.is_ok()
-            && let Some(name) = &csr.metadata.name
-        {
-            out.actions.push(Action::ApproveCsr {
-                name: name.clone(),
-                resource_version: csr.metadata.resource_version.clone(),
-            });
+        match registration::check_csr(csr, &settings.addon, &settings.agent, registered) {
+            Ok(()) => {
+                if let Some(name) = &csr.metadata.name {
+                    out.actions.push(Action::ApproveCsr {
+                        name: name.clone(),
+                        resource_version: csr.metadata.resource_version.clone(),
+                    });
+                }
+            }
+            Err(refusal) => out.refused_csrs.extend(super::csr::refused(csr, refusal)),
         }
     }
 
@@ -2160,7 +2164,12 @@ mod tests {
             c.spec = CertificateSigningRequestSpec {
                 request: k8s_openapi::ByteString(pem.into_bytes()),
                 signer_name: registration::KUBE_CLIENT_SIGNER.into(),
-                groups: Some(vec![registration::cluster_group(cluster)]),
+                username: Some(format!("system:open-cluster-management:{cluster}:agent1")),
+                groups: Some(vec![
+                    registration::cluster_group(cluster),
+                    super::super::csr::MANAGED_CLUSTERS_GROUP.to_owned(),
+                ]),
+                usages: Some(vec!["client auth".into()]),
                 ..Default::default()
             };
             Arc::new(c)

@@ -124,7 +124,7 @@ pub fn owners_include(observed: &ObjectMeta, desired: &ObjectMeta) -> bool {
     })
 }
 
-/// Why a CSR is not approved (for the debug log; every other CSR is left alone).
+/// Why a CSR of this add-on is not approved (each is logged and reported as an event once).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CsrRefusal {
     #[error("already approved or denied")]
@@ -137,20 +137,49 @@ pub enum CsrRefusal {
     NoAddOn(String),
     #[error("requested by {0}, not by cluster {1}'s registration agent")]
     Requester(String, String),
-    #[error("the request is not a PEM certificate request: {0}")]
-    Unparsable(String),
+    #[error("usages {0:?} are not client auth (with digital signature, key encipherment)")]
+    Usages(Vec<String>),
+    #[error(
+        "expirationSeconds {0} is outside [{min}, {max}]",
+        min = super::csr::MIN_EXPIRATION_SECONDS,
+        max = super::csr::MAX_EXPIRATION_SECONDS
+    )]
+    Expiration(i32),
+    #[error(transparent)]
+    Request(#[from] super::csr::RequestError),
     #[error("common name {0:?} is not the add-on agent's user")]
     CommonName(String),
     #[error("organizations {0:?} are not exactly the add-on agent's groups")]
     Groups(Vec<String>),
 }
 
+impl CsrRefusal {
+    /// The event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CsrRefusal::Decided => "AlreadyDecided",
+            CsrRefusal::Labels => "MissingLabels",
+            CsrRefusal::Signer(_) => "WrongSigner",
+            CsrRefusal::NoAddOn(_) => "ClusterWithoutAddOn",
+            CsrRefusal::Requester(..) => "NotTheClusterAgent",
+            CsrRefusal::Usages(_) => "WrongUsages",
+            CsrRefusal::Expiration(_) => "WrongExpiration",
+            CsrRefusal::Request(_) => "MalformedRequest",
+            CsrRefusal::CommonName(_) => "WrongCommonName",
+            CsrRefusal::Groups(_) => "WrongOrganizations",
+        }
+    }
+}
+
 /// Whether `csr` is this add-on's agent certificate request for a cluster that has the
 /// add-on, asked by that cluster's registration agent, with exactly the default subject:
 /// common name = the default user, organizations = the two default groups, signer
-/// `kubernetes.io/kube-apiserver-client`, labels cluster-name and addon-name. Stricter than
-/// addon-framework's `DefaultCSRApprover`, which also takes a third organization and does not
-/// look at who asked: here cluster A's agent cannot obtain cluster B's add-on identity.
+/// `kubernetes.io/kube-apiserver-client`, usages client auth (plus digital signature and key
+/// encipherment), a sane `expirationSeconds`, labels cluster-name and addon-name, and a
+/// request that every reader parses alike (see [`super::csr`]). Stricter than
+/// addon-framework's `DefaultCSRApprover`, which also takes a third organization and only a
+/// prefix of the requester's name: here cluster A's agent cannot obtain cluster B's add-on
+/// identity, nor any identity other than the one the request shows.
 pub fn check_csr(
     csr: &CertificateSigningRequest,
     addon: &str,
@@ -176,61 +205,40 @@ pub fn check_csr(
     if a != addon || cluster.is_empty() {
         return Err(CsrRefusal::Labels);
     }
-    if csr.spec.signer_name != KUBE_CLIENT_SIGNER {
-        return Err(CsrRefusal::Signer(csr.spec.signer_name.clone()));
+    let spec = &csr.spec;
+    if spec.signer_name != KUBE_CLIENT_SIGNER {
+        return Err(CsrRefusal::Signer(spec.signer_name.clone()));
     }
     if !has_addon(cluster) {
         return Err(CsrRefusal::NoAddOn(cluster.to_owned()));
     }
-    let group = cluster_group(cluster);
-    if !csr.spec.groups.iter().flatten().any(|g| *g == group) {
+    let groups = spec.groups.as_deref().unwrap_or_default();
+    if !super::csr::requester_is_cluster_agent(spec.username.as_deref(), groups, cluster) {
         return Err(CsrRefusal::Requester(
-            csr.spec.username.clone().unwrap_or_default(),
+            spec.username.clone().unwrap_or_default(),
             cluster.to_owned(),
         ));
     }
-    let (cn, orgs) = subject_of(&csr.spec.request.0)?;
-    if cn != default_user(cluster, addon, agent) {
-        return Err(CsrRefusal::CommonName(cn));
+    let usages = spec.usages.as_deref().unwrap_or_default();
+    if !super::csr::usages_ok(usages) {
+        return Err(CsrRefusal::Usages(usages.to_vec()));
     }
+    if !super::csr::expiration_ok(spec.expiration_seconds) {
+        return Err(CsrRefusal::Expiration(
+            spec.expiration_seconds.unwrap_or_default(),
+        ));
+    }
+    let subject = super::csr::parse_request(&spec.request.0)?;
+    if subject.common_name != default_user(cluster, addon, agent) {
+        return Err(CsrRefusal::CommonName(subject.common_name));
+    }
+    let orgs = subject.organizations;
     let want: BTreeSet<String> = default_groups(cluster, addon).into_iter().collect();
     let got: BTreeSet<String> = orgs.iter().cloned().collect();
     if got != want || orgs.len() != want.len() {
         return Err(CsrRefusal::Groups(orgs));
     }
     Ok(())
-}
-
-/// Common name and organizations of a PEM PKCS#10 request.
-fn subject_of(pem: &[u8]) -> Result<(String, Vec<String>), CsrRefusal> {
-    use x509_parser::prelude::FromDer;
-    let unparsable = |e: String| CsrRefusal::Unparsable(e);
-    let (_, block) =
-        x509_parser::pem::parse_x509_pem(pem).map_err(|e| unparsable(e.to_string()))?;
-    if block.label != "CERTIFICATE REQUEST" {
-        return Err(unparsable(format!("PEM block {:?}", block.label)));
-    }
-    let (_, req) =
-        x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
-            .map_err(|e| unparsable(e.to_string()))?;
-    let subject = &req.certification_request_info.subject;
-    let text = |a: &x509_parser::x509::AttributeTypeAndValue<'_>| {
-        a.as_str()
-            .map(str::to_owned)
-            .map_err(|e| unparsable(e.to_string()))
-    };
-    let cns = subject
-        .iter_common_name()
-        .map(text)
-        .collect::<Result<Vec<_>, _>>()?;
-    let orgs = subject
-        .iter_organization()
-        .map(text)
-        .collect::<Result<Vec<_>, _>>()?;
-    match cns.as_slice() {
-        [cn] => Ok((cn.clone(), orgs)),
-        _ => Err(CsrRefusal::CommonName(cns.join(","))),
-    }
 }
 
 #[cfg(test)]
@@ -268,6 +276,7 @@ mod tests {
                 cluster_group(cluster),
                 "system:open-cluster-management:managed-clusters".into(),
             ]),
+            usages: Some(vec!["digital signature".into(), "client auth".into()]),
             ..Default::default()
         };
         c
@@ -332,6 +341,16 @@ mod tests {
         other_requester.spec.groups = Some(vec![cluster_group("c2")]);
         let mut garbage = good("c1");
         garbage.spec.request = ByteString(b"not a csr".to_vec());
+        let mut other_user_in_group = good("c1");
+        other_user_in_group.spec.username = Some("someone".into());
+        let mut server_auth = good("c1");
+        server_auth.spec.usages = Some(vec!["client auth".into(), "server auth".into()]);
+        let mut no_usages = good("c1");
+        no_usages.spec.usages = None;
+        let mut long_lived = good("c1");
+        long_lived.spec.expiration_seconds = Some(10 * 365 * 24 * 3600);
+        let mut one_day = good("c1");
+        one_day.spec.expiration_seconds = Some(24 * 3600);
         let cases: Vec<(&str, CertificateSigningRequest, Result<(), CsrRefusal>)> = vec![
             ("the default subject", good("c1"), Ok(())),
             (
@@ -378,6 +397,26 @@ mod tests {
                 Err(CsrRefusal::Signer("example.com/signer".into())),
             ),
             ("already approved", approved, Err(CsrRefusal::Decided)),
+            (
+                "a user of the cluster's group that is not its agent",
+                other_user_in_group,
+                Err(CsrRefusal::Requester("someone".into(), "c1".into())),
+            ),
+            (
+                "server auth",
+                server_auth,
+                Err(CsrRefusal::Usages(vec![
+                    "client auth".into(),
+                    "server auth".into(),
+                ])),
+            ),
+            ("no usages", no_usages, Err(CsrRefusal::Usages(vec![]))),
+            (
+                "ten years",
+                long_lived,
+                Err(CsrRefusal::Expiration(10 * 365 * 24 * 3600)),
+            ),
+            ("a day", one_day, Ok(())),
             ("another add-on", other_addon, Err(CsrRefusal::Labels)),
             ("no labels", no_labels, Err(CsrRefusal::Labels)),
             (
@@ -392,7 +431,7 @@ mod tests {
         for (name, c, want) in cases {
             assert_eq!(check(&c), want, "{name}");
         }
-        assert!(matches!(check(&garbage), Err(CsrRefusal::Unparsable(_))));
+        assert!(matches!(check(&garbage), Err(CsrRefusal::Request(_))));
     }
 
     #[test]

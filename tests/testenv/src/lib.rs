@@ -32,7 +32,7 @@ mod pki;
 pub use apply::{apply, apply_yaml};
 pub use control_plane::{ControlPlane, Options};
 pub use crds::{install_crds, namespace, upstream_crds};
-pub use pki::{ClientCertificate, certificate_request};
+pub use pki::{ClientCertificate, certificate_request, certificate_request_der, pem_encode};
 pub use prometheus::{Exporter, Prometheus};
 
 use std::path::PathBuf;

@@ -147,14 +147,26 @@ impl ClientCa {
 /// OCM's registration agent asks for add-on certificates), and its private key (PEM).
 /// Hand-encoded for the same reason as client certificates: rcgen keeps one `O`.
 pub fn certificate_request(user: &str, groups: &[&str]) -> Result<(String, String), Error> {
-    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
     let mut subject: Vec<(&[u64], &str)> = groups.iter().map(|g| (OID_ORGANIZATION, *g)).collect();
     subject.push((OID_COMMON_NAME, user));
+    let (der, key) = certificate_request_der(&subject, &[])?;
+    Ok((pem("CERTIFICATE REQUEST", &der), key))
+}
+
+/// A PKCS#10 certificate request (DER), self-signed with a fresh ECDSA P-256 key, and that
+/// key (PEM): for tests that build hostile requests. `subject`: one single-valued RDN per
+/// `(attribute type arcs, UTF8String value)`, in order; `attributes`: the DER content of the
+/// request's `[0]` attributes (empty for none).
+pub fn certificate_request_der(
+    subject: &[(&[u64], &str)],
+    attributes: &[u8],
+) -> Result<(Vec<u8>, String), Error> {
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
     let info = sequence(&[
         &tlv(0x02, &[0]), // version 1
-        &name(&subject),
+        &name(subject),
         &key.subject_public_key_info(),
-        &tlv(0xa0, &[]), // no attributes
+        &tlv(0xa0, attributes),
     ]);
     let signature = key.sign(&info)?;
     let der = sequence(&[
@@ -162,7 +174,12 @@ pub fn certificate_request(user: &str, groups: &[&str]) -> Result<(String, Strin
         &sequence(&[&oid(OID_ECDSA_WITH_SHA256)]),
         &tlv(0x03, &[&[0u8][..], &signature].concat()),
     ]);
-    Ok((pem("CERTIFICATE REQUEST", &der), key.serialize_pem()))
+    Ok((der, key.serialize_pem()))
+}
+
+/// `der` as a PEM block labelled `label`, 64 base64 characters a line.
+pub fn pem_encode(label: &str, der: &[u8]) -> String {
+    pem(label, der)
 }
 
 /// A DER type-length-value.

@@ -1,0 +1,3 @@
+module ocm-placement/tests/csr-vectors
+
+go 1.26
