@@ -446,7 +446,7 @@ async fn hostile_requests_are_never_approved_and_each_is_reported_once() {
             Err(kube::Error::Api(s))
                 if case.apiserver_may_refuse && (400..500).contains(&s.code) =>
             {
-                refused_by_apiserver.push(format!("{}: {}", case.name, s.message));
+                refused_by_apiserver.push(format!("{}: {} {}", case.name, s.code, s.reason));
             }
             Err(e) => panic!("creating {name}: {e}"),
         }
