@@ -657,7 +657,9 @@ mod tests {
             })
         };
         let long_node = "n".repeat(200);
-        let rows: Vec<(&str, Vec<(Metric, Sample)>, &[&str], Want)> = vec![
+        // Name, extra answer series, the known clusters, the outcome for `v`.
+        type Row<'a> = (&'a str, Vec<(Metric, Sample)>, &'a [&'a str], Want);
+        let rows: Vec<Row<'_>> = vec![
             ("one claim", vec![], &["v", "b"], Want::Rated(16.0)),
             (
                 "a replica making the same claim",
