@@ -68,7 +68,10 @@ struct ScorerArgs {
     /// Send Thanos' `dedup=true&partial_response=false` (Prometheus ignores them).
     #[arg(long, env = "THANOS_PARAMS", default_value_t = true, action = clap::ArgAction::Set)]
     thanos_params: bool,
-    /// The series label that holds the ManagedCluster's name.
+    /// The series label that holds the ManagedCluster's name. Trust follows whoever sets it:
+    /// prefer one the hub side sets from the sender's authenticated identity (Thanos Receive's
+    /// tenant label); one the spoke sets lets a spoke speak for another cluster (its series
+    /// that disagree with the victim's withhold the victim's scores).
     #[arg(long, env = "CLUSTER_LABEL", default_value = "cluster")]
     cluster_label: String,
     /// Lookback of every selector (`last_over_time`); at least twice the push interval, and
@@ -317,6 +320,7 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
         cpu_headroom: args.cpu_headroom_query.clone(),
         memory_headroom: args.memory_headroom_query.clone(),
     };
+    queries.check()?;
     let scorer_metrics = ScorerMetrics::default();
     let provider = PromScorer::new(
         prom,

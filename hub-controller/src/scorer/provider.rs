@@ -1,7 +1,7 @@
 //! The hub scorer as a provider on the score-provider framework: each compute runs the fleet
 //! queries once, and rates every ManagedCluster from the answers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -21,7 +21,7 @@ use score_provider::usage::scores::{Bounds, Free, scores};
 use score_provider::{Change, Computed, Outcome, ProviderError, ScoreProvider, Scores};
 
 use super::prom::{PromClient, Sample};
-use super::queries::{ClusterData, Metric, Queries, Query, assemble};
+use super::queries::{Assembled, ClusterData, Dropped, Metric, Queries, Query, assemble};
 
 /// How scores are normalised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -57,6 +57,15 @@ pub struct MetricLabels {
     pub metric: String,
 }
 
+/// `reason` is one of [`Dropped`]'s names: never a value from a series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DroppedLabels {
+    pub reason: String,
+}
+
+/// The condition reason of a cluster whose series disagree.
+pub const REASON_CONFLICT: &str = "ConflictingSeries";
+
 /// `scorer_*` metrics.
 #[derive(Clone, Default)]
 pub struct ScorerMetrics {
@@ -65,6 +74,8 @@ pub struct ScorerMetrics {
     pub rated: Gauge,
     pub stale: Gauge,
     pub skipped: Gauge,
+    pub conflicting: Gauge,
+    pub dropped_series: Family<DroppedLabels, Counter>,
 }
 
 impl ScorerMetrics {
@@ -95,6 +106,16 @@ impl ScorerMetrics {
             "Clusters whose score object another provider writes",
             self.skipped.clone(),
         );
+        r.register(
+            "conflicting_clusters",
+            "Clusters whose scores the last compute withheld because series under their name disagree",
+            self.conflicting.clone(),
+        );
+        r.register(
+            "dropped_series",
+            "Answer series not used, by reason (unlabelled, unknown_cluster, bad_value)",
+            self.dropped_series.clone(),
+        );
     }
 }
 
@@ -108,6 +129,9 @@ pub struct PromScorer {
     /// Taken once by the framework (a Mutex so that the scorer is Sync while it awaits).
     watches: std::sync::Mutex<Option<BoxStream<'static, Change>>>,
     metrics: ScorerMetrics,
+    /// The clusters withheld by the last compute: a conflict is logged when it starts and
+    /// when it ends, not every period.
+    conflicted: BTreeSet<String>,
 }
 
 impl PromScorer {
@@ -181,7 +205,38 @@ impl PromScorer {
                 futures::stream::select(cluster_events, score_events).boxed(),
             )),
             metrics,
+            conflicted: BTreeSet::new(),
         }
+    }
+
+    /// Counts and logs what [`assemble`] dropped and withheld.
+    fn report(&mut self, assembled: &Assembled) {
+        for (why, n) in &assembled.dropped {
+            self.metrics
+                .dropped_series
+                .get_or_create(&DroppedLabels {
+                    reason: why.name().to_owned(),
+                })
+                .inc_by(*n);
+        }
+        if let Some(n) = assembled.dropped.get(&Dropped::UnknownCluster) {
+            // Names from series are anyone's: not logged, only counted.
+            tracing::debug!(
+                series = n,
+                "series for clusters that are no accepted ManagedCluster dropped"
+            );
+        }
+        for (cluster, conflict) in &assembled.conflicts {
+            if !self.conflicted.contains(cluster) {
+                tracing::warn!(%cluster, %conflict, "series disagree: scores withheld");
+            }
+        }
+        for cluster in &self.conflicted {
+            if !assembled.conflicts.contains_key(cluster) {
+                tracing::info!(%cluster, "series agree again");
+            }
+        }
+        self.conflicted = assembled.conflicts.keys().cloned().collect();
     }
 
     /// Whether another provider keeps `cluster`'s score object: its `managed-by` label (the
@@ -267,20 +322,28 @@ impl ScoreProvider for PromScorer {
                     self.settings.deadline
                 ))
             })??;
-        let data = assemble(&self.settings.queries.label, &answers);
-        let names: Vec<String> = self
+        let names: BTreeSet<String> = self
             .clusters
             .state()
             .iter()
             .filter(|c| rateable(c))
             .filter_map(|c| c.metadata.name.clone())
             .collect();
+        // Series for anyone else are dropped before they are looked at.
+        let assembled = assemble(&self.settings.queries.label, &answers, |c| {
+            names.contains(c)
+        });
+        self.report(&assembled);
+        let names: Vec<String> = names.into_iter().collect();
         let ts = jiff::Timestamp::now();
         let now = ts.as_millisecond() as f64 / 1000.0;
-        let (computed, counts) = rate(&self.settings, &names, &data, now, |c| self.foreign(c, ts))?;
+        let (computed, counts) = rate(&self.settings, &names, &assembled, now, |c| {
+            self.foreign(c, ts)
+        })?;
         self.metrics.rated.set(counts.rated as i64);
         self.metrics.stale.set(counts.stale as i64);
         self.metrics.skipped.set(counts.skipped as i64);
+        self.metrics.conflicting.set(counts.conflicting as i64);
         Ok(computed)
     }
 
@@ -313,15 +376,16 @@ pub struct Counts {
     pub rated: usize,
     pub stale: usize,
     pub skipped: usize,
+    pub conflicting: usize,
 }
 
-/// Rates `clusters` from `data` at `now` (Unix seconds), sans IO: stale or missing data makes
-/// a cluster `Unavailable` (its scores are not renewed and expire), a cluster another
-/// provider writes is left out.
+/// Rates `clusters` from `assembled` at `now` (Unix seconds), sans IO: series that disagree,
+/// stale or missing data make a cluster `Unavailable` (its scores are not renewed and
+/// expire), a cluster another provider writes is left out.
 pub fn rate(
     settings: &ScorerSettings,
     clusters: &[String],
-    data: &BTreeMap<String, ClusterData>,
+    assembled: &Assembled,
     now: f64,
     foreign: impl Fn(&str) -> bool,
 ) -> Result<(Computed, Counts), ProviderError> {
@@ -334,7 +398,18 @@ pub fn rate(
             counts.skipped += 1;
             continue;
         }
-        let d = data.get(name);
+        if let Some(conflict) = assembled.conflicts.get(name) {
+            counts.conflicting += 1;
+            out.insert(
+                name.clone(),
+                Outcome::Unavailable {
+                    reason: REASON_CONFLICT.to_owned(),
+                    message: conflict.to_string(),
+                },
+            );
+            continue;
+        }
+        let d = assembled.clusters.get(name);
         let outcome = match d {
             None => Some(("NoMetrics", "no metrics for this cluster".to_owned())),
             Some(d) => match d.newest {
@@ -428,6 +503,7 @@ fn headroom(s: &mut Scores, d: &ClusterData) -> Result<(), ProviderError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scorer::queries::{Conflict, Disagreement};
     use std::time::Duration;
 
     fn settings(normalise: Normalise) -> ScorerSettings {
@@ -455,7 +531,7 @@ mod tests {
 
     #[test]
     fn rates_fresh_clusters_and_lets_stale_ones_expire() {
-        let clusters: Vec<String> = ["a", "b", "stale", "silent", "agent"]
+        let clusters: Vec<String> = ["a", "b", "stale", "silent", "agent", "disputed"]
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
@@ -477,6 +553,16 @@ mod tests {
                 data((10.0, 2.0), (64.0 * GI, 8.0 * GI), 10_000.0),
             ),
         ]);
+        let conflict = Conflict {
+            metric: Metric::CpuAllocatable,
+            node: Some("n1".into()),
+            what: Disagreement::Values(vec![16.0, 1000.0]),
+        };
+        let d = Assembled {
+            clusters: d,
+            conflicts: BTreeMap::from([("disputed".to_owned(), conflict.clone())]),
+            dropped: BTreeMap::new(),
+        };
         let (out, counts) = rate(
             &settings(Normalise::Absolute),
             &clusters,
@@ -490,7 +576,8 @@ mod tests {
             Counts {
                 rated: 2,
                 stale: 2,
-                skipped: 1
+                skipped: 1,
+                conflicting: 1,
             }
         );
         let Some(Outcome::Scores(a)) = out.get("a") else {
@@ -508,6 +595,13 @@ mod tests {
             matches!(out.get("silent"), Some(Outcome::Unavailable { reason, .. }) if reason == "NoMetrics")
         );
         assert!(out.get("agent").is_none());
+        assert_eq!(
+            out.get("disputed"),
+            Some(&Outcome::Unavailable {
+                reason: REASON_CONFLICT.into(),
+                message: conflict.to_string()
+            })
+        );
 
         let (out, _) = rate(&settings(Normalise::Fleet), &clusters, &d, 10_060.0, |_| {
             false
@@ -520,6 +614,10 @@ mod tests {
         assert_eq!(score("a", names::CPU_CLUSTER), Some(100));
         assert_eq!(score("b", names::CPU_CLUSTER), Some(-100));
         assert_eq!(score("agent", names::CPU_CLUSTER), Some(-100));
+        assert!(matches!(
+            out.get("disputed"),
+            Some(Outcome::Unavailable { .. })
+        ));
     }
 
     #[test]

@@ -5,35 +5,84 @@
 //! the lookback as `{{WINDOW}}`: ACM's metrics collector remote-writes every 5 minutes by
 //! default, so each selector is wrapped in `last_over_time(...[window])` (default 10m) and a
 //! cluster is not missed between pushes.
+//!
+//! Identity: the cluster label is only as trustworthy as whoever sets it. When the spoke's own
+//! Prometheus sets it, one spoke can publish series under another cluster's name. The queries
+//! never pick one of several disagreeing claims (no `max` over series that differ): two series
+//! for the same (cluster, node) or the same pod's container with different values reach us as
+//! distinct answers (`count_values`) or as a `scorer_conflict` marker, and [`assemble`] withholds
+//! that cluster's scores.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use thiserror::Error;
 
 use super::prom::Sample;
 
+/// The label `count_values` writes each distinct value into: a series that carries it claims
+/// that value (its sample value is how many series made the claim).
+pub const VALUE_LABEL: &str = "scorer_value";
+/// The label of a query's conflict part: a series that carries it says that series under this
+/// cluster's name disagree (its value says `node_state`, `pod_requests` or `pod_phase`).
+/// Conflict parts test `stddev by (key) > 0`: exactly 0 when every series of a key holds the
+/// same value (Prometheus' running update adds nothing then), and as cheap as one more
+/// aggregation (`count_values` over every container cost about twice as much, measured).
+pub const CONFLICT_LABEL: &str = "scorer_conflict";
+
 /// Allocatable of schedulable, Ready nodes, by cluster and node (KSM v2 series, all in ACM's
-/// default allow-list). `max`, not `sum`: replicated series (an HA pair, two KSMs, Thanos
-/// without dedup) must not double a node.
-const ALLOCATABLE: &str = r#"max by ({{LABEL}}, node) (
+/// default allow-list). `count_values`, not `max` or `sum`: replicated series (an HA pair, two
+/// KSMs, Thanos without dedup) make one claim, and series that disagree make two, which
+/// [`assemble`] sees as a conflict instead of picking one. A node counts only when every
+/// series agrees it is schedulable and Ready; the second part marks nodes whose
+/// schedulability or readiness series disagree.
+const ALLOCATABLE: &str = r#"count_values by ({{LABEL}}, node) ("scorer_value",
   last_over_time(kube_node_status_allocatable{resource="{{RESOURCE}}"}[{{WINDOW}}])
-    and on ({{LABEL}}, node) (last_over_time(kube_node_spec_unschedulable[{{WINDOW}}]) == 0)
-    and on ({{LABEL}}, node) (last_over_time(kube_node_status_condition{condition="Ready",status="true"}[{{WINDOW}}]) == 1)
-)"#;
+    and on ({{LABEL}}, node) (max by ({{LABEL}}, node) (last_over_time(kube_node_spec_unschedulable[{{WINDOW}}])) == 0)
+    and on ({{LABEL}}, node) (min by ({{LABEL}}, node) (last_over_time(kube_node_status_condition{condition="Ready",status="true"}[{{WINDOW}}])) == 1)
+)
+or label_replace(
+  stddev by ({{LABEL}}, node) (last_over_time(kube_node_spec_unschedulable[{{WINDOW}}])) > 0
+  or stddev by ({{LABEL}}, node) (last_over_time(kube_node_status_condition{condition="Ready",status="true"}[{{WINDOW}}])) > 0,
+  "scorer_conflict", "node_state", "", "")"#;
 
 /// Requests by cluster and node. ACM does not forward `kube_pod_status_phase` by default, so
 /// the default counts every pod KSM still reports (completed pods until they are deleted);
-/// [`Queries::active_pods_only`] adds the phase filter when that series is forwarded.
+/// [`Queries::active_pods_only`] adds the phase filter when that series is forwarded. The
+/// inner `max` only ever merges replicas that agree: the second part marks every node with a
+/// container whose series disagree, and that withholds the cluster.
 const REQUESTS: &str = r#"sum by ({{LABEL}}, node) (max by ({{LABEL}}, namespace, pod, container, node) (
   last_over_time(kube_pod_container_resource_requests{resource="{{RESOURCE}}"}[{{WINDOW}}]){{ACTIVE}}
-))"#;
+))
+or label_replace(
+  count by ({{LABEL}}, node) (stddev by ({{LABEL}}, namespace, pod, container, node) (
+    last_over_time(kube_pod_container_resource_requests{resource="{{RESOURCE}}"}[{{WINDOW}}])) > 0),
+  "scorer_conflict", "pod_requests", "", ""){{ACTIVE_CONFLICT}}"#;
 
 const ACTIVE_FILTER: &str = r#"
-    and on ({{LABEL}}, namespace, pod) (last_over_time(kube_pod_status_phase{phase=~"Pending|Running"}[{{WINDOW}}]) == 1)"#;
+    and on ({{LABEL}}, namespace, pod) (min by ({{LABEL}}, namespace, pod) (last_over_time(kube_pod_status_phase{phase=~"Pending|Running"}[{{WINDOW}}])) == 1)"#;
+
+const ACTIVE_CONFLICT: &str = r#"
+or label_replace(
+  count by ({{LABEL}}) (stddev by ({{LABEL}}, namespace, pod, phase) (
+    last_over_time(kube_pod_status_phase{phase=~"Pending|Running"}[{{WINDOW}}])) > 0),
+  "scorer_conflict", "pod_phase", "", "")"#;
 
 /// The newest sample time (Unix seconds) per cluster: a subquery, since `timestamp()` of a
-/// range function gives the evaluation time, not the sample's.
+/// range function gives the evaluation time, not the sample's. `max` is right here: it is
+/// no claim about the cluster, only how recent its data is.
 const FRESHNESS: &str = r#"max by ({{LABEL}}) (
   max_over_time(timestamp(kube_node_status_allocatable{resource="cpu"})[{{WINDOW}}:{{STEP}}])
 )"#;
+
+/// A setting the queries cannot be built from.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum QueriesError {
+    #[error(
+        "--cluster-label {0:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not reserved)"
+    )]
+    Label(String),
+}
 
 /// What the scorer queries. Every query is a setting; the defaults work on the series ACM
 /// observability forwards by default.
@@ -110,18 +159,45 @@ impl Metric {
             Metric::MemoryHeadroom => "memory_headroom",
         }
     }
+
+    /// Answers by (cluster, node); the others are by cluster.
+    fn by_node(self) -> bool {
+        matches!(
+            self,
+            Metric::CpuAllocatable
+                | Metric::CpuRequests
+                | Metric::MemoryAllocatable
+                | Metric::MemoryRequests
+        )
+    }
 }
 
 impl Queries {
+    /// The cluster label must be a plain label name: it is pasted into every query, and the
+    /// labels the queries write (`node`, [`VALUE_LABEL`], [`CONFLICT_LABEL`]) would shadow it.
+    pub fn check(&self) -> Result<(), QueriesError> {
+        let l = self.label.as_str();
+        let plain = l
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !plain || l.starts_with("__") || [VALUE_LABEL, CONFLICT_LABEL, "node"].contains(&l) {
+            return Err(QueriesError::Label(self.label.clone()));
+        }
+        Ok(())
+    }
+
     /// The queries, with the label and window filled in.
     pub fn build(&self) -> Vec<Query> {
-        let active = if self.active_pods_only {
-            ACTIVE_FILTER
+        let (active, active_conflict) = if self.active_pods_only {
+            (ACTIVE_FILTER, ACTIVE_CONFLICT)
         } else {
-            ""
+            ("", "")
         };
         let fill = |t: &str, resource: &str| {
             t.replace("{{ACTIVE}}", active)
+                .replace("{{ACTIVE_CONFLICT}}", active_conflict)
                 .replace("{{RESOURCE}}", resource)
                 .replace("{{LABEL}}", &self.label)
                 .replace("{{WINDOW}}", &self.window)
@@ -181,38 +257,122 @@ pub struct ClusterData {
     pub memory_headroom: Option<f64>,
 }
 
-/// Per-cluster data from the answers (`label` names the cluster label). A node counts when
-/// it has allocatable (the query keeps schedulable, Ready nodes only); its free amount is its
-/// allocatable minus the requests on it; pods bound to no counted node do not count (as the
-/// agent). Samples without the cluster label, or with a non-finite value, are ignored.
+/// Why a series was not used. A closed set: it labels a metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Dropped {
+    /// No (or an empty) cluster label.
+    Unlabelled,
+    /// Its cluster is no accepted ManagedCluster: nobody the hub knows is speaking.
+    UnknownCluster,
+    /// NaN, ±Inf, or a claimed value that is no number.
+    BadValue,
+}
+
+impl Dropped {
+    pub fn name(self) -> &'static str {
+        match self {
+            Dropped::Unlabelled => "unlabelled",
+            Dropped::UnknownCluster => "unknown_cluster",
+            Dropped::BadValue => "bad_value",
+        }
+    }
+}
+
+/// Series under one cluster's name that disagree: the first found for that cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conflict {
+    pub metric: Metric,
+    /// The node they disagree on, when the answer says (at most [`NODE_SHOWN`] characters:
+    /// it comes from a series anyone under this name may have published).
+    pub node: Option<String>,
+    pub what: Disagreement,
+}
+
+/// At most this much of a node name from a series is repeated in a condition or a log line.
+pub const NODE_SHOWN: usize = 63;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Disagreement {
+    /// The distinct values claimed (at most [`VALUES_SHOWN`] kept).
+    Values(Vec<f64>),
+    /// A query's conflict part: which series disagree (a closed set; unknown kinds are
+    /// `other`).
+    Marked(&'static str),
+}
+
+const VALUES_SHOWN: usize = 3;
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = match &self.node {
+            Some(n) if !n.is_empty() => format!(" of node {n:?}"),
+            _ => String::new(),
+        };
+        match &self.what {
+            Disagreement::Values(v) => {
+                let shown: Vec<String> = v.iter().map(f64::to_string).collect();
+                write!(
+                    f,
+                    "series under this cluster's name claim different values for {}{at} ({})",
+                    self.metric.name(),
+                    shown.join(", ")
+                )?;
+            }
+            Disagreement::Marked(kind) => write!(
+                f,
+                "series under this cluster's name disagree on {kind}{at} (query {})",
+                self.metric.name()
+            )?,
+        }
+        write!(f, "; no scores until they agree")
+    }
+}
+
+/// What [`assemble`] makes of the answers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Assembled {
+    /// Per known cluster without a conflict.
+    pub clusters: BTreeMap<String, ClusterData>,
+    /// Known clusters withheld, and why.
+    pub conflicts: BTreeMap<String, Conflict>,
+    /// Series not used, by why.
+    pub dropped: BTreeMap<Dropped, u64>,
+}
+
+/// Per-cluster data from the answers (`label` names the cluster label), for the clusters
+/// `known` accepts; other series are dropped and counted.
+///
+/// Every series is a claim about its cluster: several claims for the same (cluster, node)
+/// (by-node answers) or the same cluster (by-cluster answers) that agree are one, claims that
+/// disagree, or a series marked by a query's conflict part, withhold the cluster's scores for
+/// this round (never one of them picked). A node counts when it has allocatable (the query
+/// keeps schedulable, Ready nodes only); its free amount is its allocatable minus the
+/// requests on it; pods bound to no counted node do not count (as the agent).
 pub fn assemble(
     label: &str,
     answers: &BTreeMap<Metric, Vec<Sample>>,
-) -> BTreeMap<String, ClusterData> {
-    let by_node = |m: Metric| -> BTreeMap<(String, String), f64> {
-        let mut out = BTreeMap::new();
-        for s in answers.get(&m).into_iter().flatten() {
-            let (Some(c), true) = (s.labels.get(label), s.value.is_finite()) else {
-                continue;
-            };
-            let node = s.labels.get("node").cloned().unwrap_or_default();
-            *out.entry((c.clone(), node)).or_insert(0.0) += s.value;
-        }
-        out
-    };
-    let by_cluster = |m: Metric| -> BTreeMap<String, f64> {
-        let mut out = BTreeMap::new();
-        for s in answers.get(&m).into_iter().flatten() {
-            if let (Some(c), true) = (s.labels.get(label), s.value.is_finite()) {
-                out.insert(c.clone(), s.value);
-            }
-        }
-        out
+    known: impl Fn(&str) -> bool,
+) -> Assembled {
+    let mut out = Assembled::default();
+    let mut values: BTreeMap<Metric, BTreeMap<(String, String), f64>> = BTreeMap::new();
+    for (&metric, samples) in answers {
+        let claims = claims(label, metric, samples, &known, &mut out);
+        values.insert(metric, claims);
+    }
+    let conflicts = &out.conflicts;
+    let get = |m: Metric| -> BTreeMap<(String, String), f64> {
+        values
+            .get(&m)
+            .into_iter()
+            .flatten()
+            .filter(|((c, _), _)| !conflicts.contains_key(c))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     };
     let free = |alloc: Metric, req: Metric| -> BTreeMap<String, (f64, f64)> {
-        let requests = by_node(req);
+        let requests = get(req);
         let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-        for ((cluster, node), a) in by_node(alloc) {
+        for ((cluster, node), a) in get(alloc) {
             let f = a - requests
                 .get(&(cluster.clone(), node))
                 .copied()
@@ -223,23 +383,116 @@ pub fn assemble(
         }
         out
     };
-    let mut out: BTreeMap<String, ClusterData> = BTreeMap::new();
+    let by_cluster = |m: Metric| get(m).into_iter().map(|((c, _), v)| (c, v));
+    let mut data: BTreeMap<String, ClusterData> = BTreeMap::new();
     for (c, v) in free(Metric::CpuAllocatable, Metric::CpuRequests) {
-        out.entry(c).or_default().cpu = Some(v);
+        data.entry(c).or_default().cpu = Some(v);
     }
     for (c, v) in free(Metric::MemoryAllocatable, Metric::MemoryRequests) {
-        out.entry(c).or_default().memory = Some(v);
+        data.entry(c).or_default().memory = Some(v);
     }
     for (c, v) in by_cluster(Metric::Freshness) {
-        out.entry(c).or_default().newest = Some(v);
+        data.entry(c).or_default().newest = Some(v);
     }
     for (c, v) in by_cluster(Metric::CpuHeadroom) {
-        out.entry(c).or_default().cpu_headroom = Some(v);
+        data.entry(c).or_default().cpu_headroom = Some(v);
     }
     for (c, v) in by_cluster(Metric::MemoryHeadroom) {
-        out.entry(c).or_default().memory_headroom = Some(v);
+        data.entry(c).or_default().memory_headroom = Some(v);
     }
+    out.clusters = data;
     out
+}
+
+/// One answer's claims by (cluster, node) (node "" for by-cluster answers); records drops and
+/// conflicts in `out`.
+fn claims(
+    label: &str,
+    metric: Metric,
+    samples: &[Sample],
+    known: &impl Fn(&str) -> bool,
+    out: &mut Assembled,
+) -> BTreeMap<(String, String), f64> {
+    let mut drop = |why: Dropped| *out.dropped.entry(why).or_insert(0) += 1;
+    // Distinct values by bit pattern (after -0 is made 0): equal claims are one.
+    let mut seen: BTreeMap<(String, String), BTreeSet<u64>> = BTreeMap::new();
+    let mut marked: Vec<(String, Conflict)> = Vec::new();
+    for s in samples {
+        let Some(cluster) = s.labels.get(label).filter(|c| !c.is_empty()) else {
+            drop(Dropped::Unlabelled);
+            continue;
+        };
+        if !known(cluster) {
+            drop(Dropped::UnknownCluster);
+            continue;
+        }
+        let node = || s.labels.get("node").map(|n| shown(n));
+        if let Some(kind) = s.labels.get(CONFLICT_LABEL) {
+            let kind = match kind.as_str() {
+                "node_state" => "node_state",
+                "pod_requests" => "pod_requests",
+                "pod_phase" => "pod_phase",
+                _ => "other",
+            };
+            marked.push((
+                cluster.clone(),
+                Conflict {
+                    metric,
+                    node: node(),
+                    what: Disagreement::Marked(kind),
+                },
+            ));
+            continue;
+        }
+        let value = match s.labels.get(VALUE_LABEL) {
+            Some(v) => v.parse::<f64>().unwrap_or(f64::NAN),
+            None => s.value,
+        };
+        if !value.is_finite() {
+            drop(Dropped::BadValue);
+            continue;
+        }
+        let node = if metric.by_node() {
+            s.labels.get("node").cloned().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        seen.entry((cluster.clone(), node))
+            .or_default()
+            .insert((value + 0.0).to_bits());
+    }
+    for (cluster, conflict) in marked {
+        out.conflicts.entry(cluster).or_insert(conflict);
+    }
+    let mut claims = BTreeMap::new();
+    for ((cluster, node), bits) in seen {
+        let mut distinct = bits.into_iter().map(f64::from_bits);
+        match (distinct.next(), distinct.len()) {
+            (Some(v), 0) => {
+                claims.insert((cluster, node), v);
+            }
+            (first, _) => {
+                let node = metric.by_node().then(|| shown(&node));
+                out.conflicts.entry(cluster).or_insert(Conflict {
+                    metric,
+                    node,
+                    what: Disagreement::Values(
+                        first
+                            .into_iter()
+                            .chain(distinct)
+                            .take(VALUES_SHOWN)
+                            .collect(),
+                    ),
+                });
+            }
+        }
+    }
+    claims
+}
+
+/// The first [`NODE_SHOWN`] characters.
+fn shown(s: &str) -> String {
+    s.chars().take(NODE_SHOWN).collect()
 }
 
 #[cfg(test)]
@@ -254,6 +507,18 @@ mod tests {
                 .collect(),
             value,
         }
+    }
+
+    /// A `count_values` answer: the claimed value in the label, how many series in the value.
+    fn claim(cluster: &str, node: &str, value: &str, series: f64) -> Sample {
+        s(
+            &[("cluster", cluster), ("node", node), (VALUE_LABEL, value)],
+            series,
+        )
+    }
+
+    fn everyone(_: &str) -> bool {
+        true
     }
 
     #[test]
@@ -271,18 +536,57 @@ mod tests {
             assert!(!b.promql.contains("{{"), "{}", b.promql);
         }
         assert!(built[0].promql.contains(r#"resource="cpu""#));
-        assert!(built[0].promql.contains("max by (cluster_name, node)"));
+        assert!(
+            built[0]
+                .promql
+                .starts_with(r#"count_values by (cluster_name, node) ("scorer_value","#)
+        );
         assert!(built[1].promql.contains(
             "sum by (cluster_name, node) (max by (cluster_name, namespace, pod, container, node)"
         ));
         assert!(built[2].promql.contains(r#"resource="memory""#));
         assert!(built[1].promql.contains("kube_pod_status_phase"));
         assert!(
-            !Queries::default().build()[1]
+            built[1]
                 .promql
-                .contains("kube_pod_status_phase")
+                .contains(r#""scorer_conflict", "pod_phase""#)
+        );
+        let plain = Queries::default().build();
+        assert!(!plain[1].promql.contains("kube_pod_status_phase"));
+        assert!(
+            plain[1]
+                .promql
+                .contains(r#""scorer_conflict", "pod_requests""#)
+        );
+        assert!(
+            plain[0]
+                .promql
+                .contains(r#""scorer_conflict", "node_state""#)
         );
         assert_eq!(built[5].promql, "1 - avg by (cluster_name) (x[15m])");
+    }
+
+    #[test]
+    fn the_cluster_label_must_be_a_plain_label_name() {
+        for (label, ok) in [
+            ("cluster", true),
+            ("tenant_id", true),
+            ("_x9", true),
+            ("", false),
+            ("9lives", false),
+            ("cluster-name", false),
+            ("cluster) or vector(1", false),
+            ("__name__", false),
+            ("node", false),
+            (VALUE_LABEL, false),
+            (CONFLICT_LABEL, false),
+        ] {
+            let q = Queries {
+                label: label.into(),
+                ..Queries::default()
+            };
+            assert_eq!(q.check().is_ok(), ok, "{label:?}");
+        }
     }
 
     #[test]
@@ -291,11 +595,12 @@ mod tests {
             (
                 Metric::CpuAllocatable,
                 vec![
-                    s(&[("cluster", "a"), ("node", "n1")], 8.0),
-                    s(&[("cluster", "a"), ("node", "n2")], 4.0),
-                    s(&[("cluster", "b"), ("node", "m1")], 2.0),
-                    s(&[("node", "orphan")], 100.0),
-                    s(&[("cluster", "c"), ("node", "x")], f64::NAN),
+                    claim("a", "n1", "8", 1.0),
+                    // An HA pair: two series making the same claim.
+                    claim("a", "n2", "4", 2.0),
+                    claim("b", "m1", "2", 1.0),
+                    s(&[("node", "orphan"), (VALUE_LABEL, "100")], 1.0),
+                    claim("c", "x", "NaN", 1.0),
                 ],
             ),
             (
@@ -317,12 +622,246 @@ mod tests {
                 ],
             ),
         ]);
-        let got = assemble("cluster", &answers);
+        let got = assemble("cluster", &answers, everyone);
+        assert!(got.conflicts.is_empty(), "{:?}", got.conflicts);
+        let got = got.clusters;
         assert_eq!(got["a"].cpu, Some((3.5, 3.0)));
         assert_eq!(got["b"].cpu, Some((-1.0, -1.0)), "overcommitted");
         assert_eq!(got["a"].memory, None);
         assert_eq!(got["a"].newest, Some(1000.0));
         assert_eq!(got["d"].cpu, None);
         assert!(!got.contains_key("c"), "NaN is no data");
+    }
+
+    /// Each row: the answers of one round for the victim `v` (and a bystander `b`, always
+    /// fine), which clusters the hub knows, and what becomes of `v`.
+    #[test]
+    fn claims_that_disagree_withhold_the_cluster_and_unknown_ones_are_dropped() {
+        enum Want {
+            /// Rated with this free CPU (cluster scope).
+            Rated(f64),
+            /// Withheld for this conflict.
+            Conflict(Conflict),
+            /// Not in the answer (nothing known of it).
+            Absent,
+        }
+        let values = |metric, node: &str, v: &[f64]| {
+            Want::Conflict(Conflict {
+                metric,
+                node: Some(node.into()),
+                what: Disagreement::Values(v.to_vec()),
+            })
+        };
+        let marked = |metric, node: Option<&str>, kind| {
+            Want::Conflict(Conflict {
+                metric,
+                node: node.map(Into::into),
+                what: Disagreement::Marked(kind),
+            })
+        };
+        let long_node = "n".repeat(200);
+        // Name, extra answer series, the known clusters, the outcome for `v`.
+        type Row<'a> = (&'a str, Vec<(Metric, Sample)>, &'a [&'a str], Want);
+        let rows: Vec<Row<'_>> = vec![
+            ("one claim", vec![], &["v", "b"], Want::Rated(16.0)),
+            (
+                "a replica making the same claim",
+                vec![(Metric::CpuAllocatable, claim("v", "v-n1", "16", 1.0))],
+                &["v", "b"],
+                Want::Rated(16.0),
+            ),
+            (
+                "-0 and 0 are the same claim",
+                vec![
+                    (
+                        Metric::CpuRequests,
+                        s(&[("cluster", "v"), ("node", "v-n1")], 0.0),
+                    ),
+                    (
+                        Metric::CpuRequests,
+                        s(&[("cluster", "v"), ("node", "v-n1")], -0.0),
+                    ),
+                ],
+                &["v", "b"],
+                Want::Rated(16.0),
+            ),
+            (
+                "a forged allocatable for the victim's node",
+                vec![(Metric::CpuAllocatable, claim("v", "v-n1", "1000", 1.0))],
+                &["v", "b"],
+                values(Metric::CpuAllocatable, "v-n1", &[16.0, 1000.0]),
+            ),
+            (
+                "a forged node of the victim's, in memory",
+                vec![
+                    (Metric::MemoryAllocatable, claim("v", "v-n1", "1", 1.0)),
+                    (Metric::MemoryAllocatable, claim("v", "v-n1", "2", 1.0)),
+                ],
+                &["v", "b"],
+                values(Metric::MemoryAllocatable, "v-n1", &[1.0, 2.0]),
+            ),
+            (
+                "requests claimed twice for a node",
+                vec![(
+                    Metric::CpuRequests,
+                    s(&[("cluster", "v"), ("node", "v-n1")], 3.0),
+                )],
+                &["v", "b"],
+                values(Metric::CpuRequests, "v-n1", &[0.0, 3.0]),
+            ),
+            (
+                "two freshness claims",
+                vec![(Metric::Freshness, s(&[("cluster", "v")], 5.0))],
+                &["v", "b"],
+                Want::Conflict(Conflict {
+                    metric: Metric::Freshness,
+                    node: None,
+                    what: Disagreement::Values(vec![5.0, 1000.0]),
+                }),
+            ),
+            (
+                "a node's readiness disputed",
+                vec![(
+                    Metric::CpuAllocatable,
+                    s(
+                        &[
+                            ("cluster", "v"),
+                            ("node", "v-n2"),
+                            (CONFLICT_LABEL, "node_state"),
+                        ],
+                        1.0,
+                    ),
+                )],
+                &["v", "b"],
+                marked(Metric::CpuAllocatable, Some("v-n2"), "node_state"),
+            ),
+            (
+                "a pod's phase disputed, and a kind nobody wrote",
+                vec![
+                    (
+                        Metric::MemoryRequests,
+                        s(&[("cluster", "v"), (CONFLICT_LABEL, "pod_phase")], 1.0),
+                    ),
+                    (
+                        Metric::CpuRequests,
+                        s(&[("cluster", "v"), (CONFLICT_LABEL, "<b>")], 1.0),
+                    ),
+                ],
+                &["v", "b"],
+                // Answers are read in Metric order: cpu_requests first.
+                marked(Metric::CpuRequests, None, "other"),
+            ),
+            (
+                "a long node name is cut",
+                vec![
+                    (Metric::CpuAllocatable, claim("v", &long_node, "1", 1.0)),
+                    (Metric::CpuAllocatable, claim("v", &long_node, "2", 1.0)),
+                ],
+                &["v", "b"],
+                values(Metric::CpuAllocatable, &"n".repeat(NODE_SHOWN), &[1.0, 2.0]),
+            ),
+            (
+                "the victim is no accepted ManagedCluster: dropped, no conflict",
+                vec![(Metric::CpuAllocatable, claim("v", "v-n1", "1000", 1.0))],
+                &["b"],
+                Want::Absent,
+            ),
+        ];
+        for (name, extra, known, want) in rows {
+            let mut answers: BTreeMap<Metric, Vec<Sample>> = BTreeMap::from([
+                (
+                    Metric::CpuAllocatable,
+                    vec![claim("v", "v-n1", "16", 1.0), claim("b", "b-n1", "8", 2.0)],
+                ),
+                (
+                    Metric::CpuRequests,
+                    vec![
+                        s(&[("cluster", "v"), ("node", "v-n1")], 0.0),
+                        s(&[("cluster", "b"), ("node", "b-n1")], 1.0),
+                    ],
+                ),
+                (
+                    Metric::Freshness,
+                    vec![
+                        s(&[("cluster", "v")], 1000.0),
+                        s(&[("cluster", "b")], 1000.0),
+                    ],
+                ),
+            ]);
+            for (m, sample) in extra {
+                answers.entry(m).or_default().push(sample);
+            }
+            let got = assemble("cluster", &answers, |c| known.contains(&c));
+            assert_eq!(got.clusters["b"].cpu, Some((7.0, 7.0)), "{name}: bystander");
+            match want {
+                Want::Rated(cpu) => {
+                    assert!(got.conflicts.is_empty(), "{name}: {:?}", got.conflicts);
+                    assert_eq!(got.clusters["v"].cpu.map(|c| c.0), Some(cpu), "{name}");
+                }
+                Want::Conflict(c) => {
+                    assert_eq!(got.conflicts.get("v"), Some(&c), "{name}");
+                    assert_eq!(got.conflicts.len(), 1, "{name}");
+                    assert!(!got.clusters.contains_key("v"), "{name}: withheld");
+                }
+                Want::Absent => {
+                    assert!(got.conflicts.is_empty(), "{name}");
+                    assert!(!got.clusters.contains_key("v"), "{name}");
+                    assert!(
+                        got.dropped
+                            .get(&Dropped::UnknownCluster)
+                            .is_some_and(|n| *n > 0),
+                        "{name}: {:?}",
+                        got.dropped
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn drops_are_counted_by_reason() {
+        let answers = BTreeMap::from([(
+            Metric::CpuAllocatable,
+            vec![
+                s(&[("node", "n"), (VALUE_LABEL, "1")], 1.0),
+                claim("", "n", "1", 1.0),
+                claim("ghost", "n", "1", 1.0),
+                claim("a", "n", "not a number", 1.0),
+                claim("a", "m", "+Inf", 1.0),
+                claim("a", "k", "2", 1.0),
+            ],
+        )]);
+        let got = assemble("cluster", &answers, |c| c == "a");
+        assert_eq!(
+            got.dropped,
+            BTreeMap::from([
+                (Dropped::Unlabelled, 2),
+                (Dropped::UnknownCluster, 1),
+                (Dropped::BadValue, 2),
+            ])
+        );
+        assert_eq!(got.clusters["a"].cpu, Some((2.0, 2.0)));
+    }
+
+    #[test]
+    fn a_conflict_says_what_and_where() {
+        let c = Conflict {
+            metric: Metric::CpuAllocatable,
+            node: Some("n1".into()),
+            what: Disagreement::Values(vec![16.0, 1000.0]),
+        };
+        assert_eq!(
+            c.to_string(),
+            "series under this cluster's name claim different values for cpu_allocatable of node \"n1\" (16, 1000); no scores until they agree"
+        );
+        let c = Conflict {
+            metric: Metric::CpuRequests,
+            node: None,
+            what: Disagreement::Marked("pod_phase"),
+        };
+        assert_eq!(
+            c.to_string(),
+            "series under this cluster's name disagree on pod_phase (query cpu_requests); no scores until they agree"
+        );
     }
 }

@@ -249,10 +249,30 @@ impl Prometheus {
                 "Prometheus needs a scrape interval of at least 1ms".into(),
             ));
         }
+        Self::start_with(config_yaml(targets, scrape_interval)).await
+    }
+
+    /// Like [`Prometheus::start`], but Prometheus attaches each target's `labels` to what it
+    /// scrapes there and they win over the target's own (`honor_labels: false`; a served
+    /// label of the same name is kept as `exported_<name>`): labels the hub sets from who
+    /// sends, as Thanos Receive's tenant label, which a sender cannot forge.
+    pub async fn start_labelled(
+        targets: &[Target],
+        scrape_interval: Duration,
+    ) -> Result<Prometheus, Error> {
+        if scrape_interval.as_millis() == 0 {
+            return Err(Error::Invalid(
+                "Prometheus needs a scrape interval of at least 1ms".into(),
+            ));
+        }
+        Self::start_with(labelled_config_yaml(targets, scrape_interval)).await
+    }
+
+    async fn start_with(config_text: String) -> Result<Prometheus, Error> {
         let bin = binary()?;
         let dir = paths::instance_dir("ocm-testenv-prometheus")?;
         let config = dir.join("prometheus.yml");
-        write_file(&config, &config_yaml(targets, scrape_interval))?;
+        write_file(&config, &config_text)?;
         let mut prometheus = Prometheus {
             bin,
             dir,
@@ -396,6 +416,41 @@ fn config_yaml(targets: &[SocketAddr], scrape_interval: Duration) -> String {
     .join("\n")
 }
 
+/// A scrape target with the labels Prometheus attaches to its series (see
+/// [`Prometheus::start_labelled`]).
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One job, `fleet`, a static config per target with its labels, which win over served ones.
+fn labelled_config_yaml(targets: &[Target], scrape_interval: Duration) -> String {
+    let interval = scrape_interval.as_millis();
+    let mut lines = vec![
+        "global:".to_owned(),
+        format!("  scrape_interval: {interval}ms"),
+        format!("  evaluation_interval: {interval}ms"),
+        "scrape_configs:".to_owned(),
+        "  - job_name: fleet".to_owned(),
+        "    honor_labels: false".to_owned(),
+        "    metrics_path: /metrics".to_owned(),
+        "    static_configs:".to_owned(),
+    ];
+    for t in targets {
+        lines.push(format!("      - targets: [\"{}\"]", t.addr));
+        // A JSON string is a YAML flow scalar: any value is quoted safely.
+        let labels: Vec<String> = t
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", serde_json::Value::from(v.as_str())))
+            .collect();
+        lines.push(format!("        labels: {{{}}}", labels.join(", ")));
+    }
+    lines.push(String::new());
+    lines.join("\n")
+}
+
 /// The data of an instant query's answer: `{"resultType": ..., "result": [...]}` (see
 /// [`samples`] for a vector). An error when Prometheus cannot be reached or rejects the query.
 ///
@@ -512,6 +567,24 @@ mod tests {
         assert_eq!(
             percent_encode("up{job=\"fleet\"} > 0.5"),
             "up%7Bjob%3D%22fleet%22%7D%20%3E%200.5"
+        );
+    }
+
+    #[test]
+    fn labelled_config_sets_labels_per_target() {
+        let yaml = labelled_config_yaml(
+            &[Target {
+                addr: "127.0.0.1:1".parse().expect("addr"),
+                labels: BTreeMap::from([("tenant".to_owned(), "a\"b".to_owned())]),
+            }],
+            Duration::from_secs(1),
+        );
+        assert!(yaml.contains("honor_labels: false\n"), "{yaml}");
+        assert!(
+            yaml.contains(
+                "      - targets: [\"127.0.0.1:1\"]\n        labels: {tenant: \"a\\\"b\"}\n"
+            ),
+            "{yaml}"
         );
     }
 
