@@ -535,7 +535,9 @@ mod tests {
         let yaml = format!(
             "{own}\n- apiGroup: rbac.authorization.k8s.io\n  kind: Group\n  name: system:authenticated"
         );
-        let cases: Vec<(&str, &str, Vec<&str>, Result<(), PermissionError>)> = vec![
+        // (what, user, groups, the result)
+        type Case<'a> = (&'a str, &'a str, Vec<&'a str>, Result<(), PermissionError>);
+        let cases: Vec<Case<'_>> = vec![
             ("a newline and YAML", yaml.as_str(), vec![], user_err(&yaml)),
             (
                 "another cluster's agent",
