@@ -429,7 +429,7 @@ async fn installs_through_placements_and_follows_configs() {
             ),
             (
                 "ClusterRole",
-                format!("open-cluster-management:{addon}:agent").as_str()
+                format!("open-cluster-management:{addon}:agent-hub").as_str()
             )
         );
         assert_eq!(
@@ -1637,7 +1637,8 @@ async fn refuses_what_the_manager_must_not_grant(
                 .map(|o| serde_json::to_value(o).unwrap_or_default())
         }
     };
-    let agent_role = format!("open-cluster-management:{addon}:agent");
+    let agent_role = format!("open-cluster-management:{addon}:agent-hub");
+    let agent_binding = format!("open-cluster-management:{addon}:agent");
     let binding = |ns: &str, name: &str, role: (&str, &str), subject: Value| {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": name, "namespace": ns},
@@ -1664,7 +1665,7 @@ async fn refuses_what_the_manager_must_not_grant(
             Some(cluster.to_owned()),
             binding(
                 cluster,
-                &agent_role,
+                &agent_binding,
                 ("ClusterRole", "cluster-admin"),
                 user(&agent),
             ),
@@ -1719,7 +1720,7 @@ async fn refuses_what_the_manager_must_not_grant(
             Some(own_ns.to_owned()),
             binding(
                 own_ns,
-                &agent_role,
+                &agent_binding,
                 ("ClusterRole", &agent_role),
                 everyone.clone(),
             ),
@@ -1730,7 +1731,7 @@ async fn refuses_what_the_manager_must_not_grant(
             Some(own_ns.to_owned()),
             binding(
                 own_ns,
-                &agent_role,
+                &agent_binding,
                 ("ClusterRole", &agent_role),
                 user(&agent),
             ),

@@ -110,11 +110,12 @@ impl Setup {
             .expect("the agent's hub ClusterRole");
         let (user, groups) = setup.hub_identity();
         let name = format!("open-cluster-management:{}:agent", setup.addon);
+        let cluster_role = format!("open-cluster-management:{}:agent-hub", setup.addon);
         apply(
             &hub_admin,
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                 "metadata": {"name": name, "namespace": setup.cluster},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user},
                              {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": groups[0]}]}),
         )

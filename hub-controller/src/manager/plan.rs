@@ -66,8 +66,7 @@ impl Settings {
         format!("addon-{}-deploy-0", self.addon)
     }
 
-    /// The name of the agent's hub ClusterRole and of its RoleBinding in each cluster
-    /// namespace.
+    /// The name of the agent's hub RoleBinding in each cluster namespace.
     pub fn permission_name(&self) -> String {
         registration::permission_name(&self.addon)
     }

@@ -45,11 +45,18 @@ pub fn registrations(cluster: &str, addon: &str, agent: &str) -> Vec<Registratio
     }]
 }
 
-/// The agent's hub ClusterRole (`charts/ocm-placement/files/agent-hub-rbac.yaml`, installed
-/// with the manager) and the name of the RoleBinding to it in each cluster namespace. The
-/// manager only binds it (RBAC `bind` on this name): it holds none of the permissions.
+/// The name of the agent's hub RoleBinding in each cluster namespace (and of the Role earlier
+/// versions made there).
 pub fn permission_name(addon: &str) -> String {
     format!("open-cluster-management:{addon}:agent")
+}
+
+/// The agent's hub ClusterRole (`charts/ocm-placement/files/agent-hub-rbac.yaml`, installed
+/// with the manager). The manager only binds it (RBAC `bind` on this name) and holds none of
+/// its permissions. Not `permission_name`: on a hub that manages itself, the agent's own
+/// ClusterRole on the managed side (`addon-manifests/agent/clusterrole.yaml`) has that name.
+pub fn agent_cluster_role(addon: &str) -> String {
+    format!("open-cluster-management:{addon}:agent-hub")
 }
 
 /// The hub ServiceAccount of `cluster`'s agent with the token driver: OCM's
@@ -139,10 +146,9 @@ pub fn hub_permission(
             }]
         }
     };
-    let name = permission_name(addon);
     Ok(RoleBinding {
         metadata: ObjectMeta {
-            name: Some(name.clone()),
+            name: Some(permission_name(addon)),
             namespace: Some(cluster.to_owned()),
             labels: Some([(label::ADDON_NAME.to_owned(), addon.to_owned())].into()),
             owner_references: Some(vec![owner]),
@@ -151,7 +157,7 @@ pub fn hub_permission(
         role_ref: RoleRef {
             api_group: "rbac.authorization.k8s.io".to_owned(),
             kind: "ClusterRole".to_owned(),
-            name,
+            name: agent_cluster_role(addon),
         },
         subjects: Some(subjects),
     })
@@ -487,7 +493,7 @@ mod tests {
             ),
             (
                 "ClusterRole",
-                "open-cluster-management:resource-usage-collect:agent"
+                "open-cluster-management:resource-usage-collect:agent-hub"
             )
         );
         assert_eq!(
