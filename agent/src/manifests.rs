@@ -1,6 +1,7 @@
-//! The agent's manifests (`addon-manifests/`), embedded at build time and rendered by
-//! replacing `{{NAME}}` placeholders: `agent/` goes to the managed cluster (through a
-//! ManifestWork), `hub/` is the agent's permission in its cluster namespace on the hub.
+//! The agent's manifests (`addon-manifests/agent/`), embedded at build time and rendered by
+//! replacing `{{NAME}}` placeholders; they go to the managed cluster through a ManifestWork.
+//! (The agent's hub permission is no template: a ClusterRole in the chart, bound by the add-on
+//! manager with typed objects.)
 
 use std::collections::BTreeMap;
 
@@ -31,18 +32,6 @@ pub const AGENT: [(&str, &str); 6] = [
     (
         "deployment.yaml",
         include_str!("../../addon-manifests/agent/deployment.yaml"),
-    ),
-];
-
-/// `(file, template)` of the agent's hub permission.
-pub const HUB: [(&str, &str); 2] = [
-    (
-        "role.yaml",
-        include_str!("../../addon-manifests/hub/role.yaml"),
-    ),
-    (
-        "rolebinding.yaml",
-        include_str!("../../addon-manifests/hub/rolebinding.yaml"),
     ),
 ];
 
@@ -108,8 +97,6 @@ mod tests {
             ("INSTALL_NAMESPACE", "agent-ns"),
             ("CLUSTER_NAME", "cluster1"),
             ("IMAGE", "example.com/agent:1"),
-            ("AGENT_USER", "u"),
-            ("AGENT_GROUP", "g"),
         ]
         .into_iter()
         .map(|(k, v)| (k, v.to_owned()))
@@ -136,8 +123,6 @@ mod tests {
             args.as_array()
                 .is_some_and(|a| a.iter().any(|v| v == "--cluster-name=cluster1"))
         );
-        let hub = render(&HUB, &values()).expect("hub manifests");
-        assert_eq!(hub[0]["metadata"]["namespace"], "cluster1");
     }
 
     #[test]

@@ -414,20 +414,6 @@ async fn installs_through_placements_and_follows_configs() {
                 .map(|o| (o.kind.as_str(), o.uid.as_str())),
             Some(("ManagedClusterAddOn", m.uid().unwrap_or_default().as_str()))
         );
-        let role = Api::<Role>::namespaced(client.clone(), cl)
-            .get(&format!("open-cluster-management:{addon}:agent"))
-            .await
-            .expect("role");
-        let resources: Vec<String> = role
-            .rules
-            .iter()
-            .flatten()
-            .flat_map(|r| r.resources.clone().unwrap_or_default())
-            .collect();
-        assert_eq!(
-            resources,
-            ["addonplacementscores", "addonplacementscores/status"]
-        );
         let binding = Api::<RoleBinding>::namespaced(client.clone(), cl)
             .get(&format!("open-cluster-management:{addon}:agent"))
             .await
@@ -435,6 +421,26 @@ async fn installs_through_placements_and_follows_configs() {
         assert_eq!(
             binding.owner_references().first().map(|o| o.kind.as_str()),
             Some("ManagedClusterAddOn")
+        );
+        assert_eq!(
+            (
+                binding.role_ref.kind.as_str(),
+                binding.role_ref.name.as_str()
+            ),
+            (
+                "ClusterRole",
+                format!("open-cluster-management:{addon}:agent-hub").as_str()
+            )
+        );
+        assert_eq!(
+            subjects(&binding),
+            [
+                (
+                    "User".to_owned(),
+                    default_user(cl, addon, &format!("{addon}-agent"))
+                ),
+                ("Group".to_owned(), default_groups(cl, addon)[0].clone())
+            ]
         );
     }
 
@@ -446,10 +452,10 @@ async fn installs_through_placements_and_follows_configs() {
         || async {
             let gone = mca(&client, c[2], addon).await.is_none()
                 && work(&client, c[2], addon).await.is_none()
-                && Api::<Role>::namespaced(client.clone(), c[2])
+                && Api::<RoleBinding>::namespaced(client.clone(), c[2])
                     .get_opt(&format!("open-cluster-management:{addon}:agent"))
                     .await
-                    .expect("role")
+                    .expect("binding")
                     .is_none();
             gone.then_some(())
         },
@@ -630,6 +636,7 @@ async fn approves_only_the_agents_exact_csr_and_the_identity_writes_only_its_sco
     let cp = testenv::shared().await;
     let client = cp.client().expect("client");
     let addon = "csr-addon";
+    apply_agent_role(&client, addon).await;
     let c1 = cluster(&client, "csr-cluster").await;
     let c2 = cluster(&client, "csr-cluster").await;
     create_cma(&client, addon, json!({"type": "Manual"})).await;
@@ -737,6 +744,159 @@ async fn approves_only_the_agents_exact_csr_and_the_identity_writes_only_its_sco
     assert!(
         matches!(works.list(&Default::default()).await, Err(kube::Error::Api(s)) if s.code == 403),
         "nothing but scores"
+    );
+}
+
+/// What OCM gives the klusterlet's registration agent of `cluster` on its add-ons (upstream's
+/// registration Role in the cluster namespace): read them, write their status.
+async fn allow_mca_status(client: &Client, cluster: &str) {
+    let name = format!("registration-{cluster}");
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": name, "namespace": cluster},
+        "rules": [
+            {"apiGroups": ["addon.open-cluster-management.io"], "resources": ["managedclusteraddons"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["addon.open-cluster-management.io"], "resources": ["managedclusteraddons/status"], "verbs": ["patch", "update"]}
+        ]
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": cluster},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": registration_agent(cluster).1[0]}]
+    });
+    for o in [role, binding] {
+        testenv::apply(client, &o, cluster)
+            .await
+            .expect("registration RBAC");
+    }
+}
+
+#[tokio::test]
+async fn a_subject_the_spoke_writes_reaches_a_rolebinding_only_if_it_is_its_agent() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("client");
+    let addon = "subject-addon";
+    apply_agent_role(&admin, addon).await;
+    let c1 = cluster(&admin, "subject-cluster").await;
+    let c2 = cluster(&admin, "subject-cluster").await;
+    create_cma(&admin, addon, json!({"type": "Manual"})).await;
+    create_mca(&admin, &c1, addon).await;
+    allow_mca_status(&admin, &c1).await;
+    let _m = start(cp, settings(addon));
+    let bindings = Api::<RoleBinding>::namespaced(admin.clone(), &c1);
+    let name = format!("open-cluster-management:{addon}:agent");
+    eventually("the default binding", DEADLINE, || async {
+        bindings.get_opt(&name).await.ok().flatten()
+    })
+    .await;
+
+    // The spoke's registration agent (its hub identity and OCM's permission on its add-ons'
+    // status) declares the token driver with a hostile subject.
+    let (user, groups) = registration_agent(&c1);
+    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let spoke = Api::<ManagedClusterAddOn>::namespaced(
+        cp.client_as(&user, &g).expect("registration agent client"),
+        &c1,
+    );
+    let own_sa = format!("system:serviceaccount:{c1}:{c1}-{addon}-agent");
+    let injected = format!(
+        "{own_sa}\n- apiGroup: rbac.authorization.k8s.io\n  kind: Group\n  name: system:authenticated"
+    );
+    let other_cluster = format!("system:serviceaccount:{c2}:{c2}-{addon}-agent");
+    // (With a group, as the earlier manager bound a token subject only with one.)
+    let group = format!("system:serviceaccounts:{c1}");
+    let allowed = [
+        (
+            "User".to_owned(),
+            default_user(&c1, addon, &format!("{addon}-agent")),
+        ),
+        ("Group".to_owned(), default_groups(&c1, addon)[0].clone()),
+        ("ServiceAccount".to_owned(), format!("{c1}-{addon}-agent")),
+    ];
+    for (what, hostile, shown) in [
+        (
+            "a newline and YAML",
+            injected.as_str(),
+            "\\n- apiGroup".to_owned(),
+        ),
+        (
+            "another cluster's agent",
+            other_cluster.as_str(),
+            c2.clone(),
+        ),
+    ] {
+        let status = json!({"status": {
+            "kubeClientDriver": "token",
+            "registrations": [{"signerName": "kubernetes.io/kube-apiserver-client",
+                               "subject": {"user": hostile, "groups": [group]}}]}});
+        eventually(
+            &format!("{what}: the spoke writes its status"),
+            DEADLINE,
+            || async {
+                // (The manager writes the status too: retry on a conflict.)
+                spoke
+                    .patch_status(addon, &PatchParams::default(), &Patch::Merge(&status))
+                    .await
+                    .ok()
+            },
+        )
+        .await;
+        let m = eventually(
+            &format!("{what}: refused with a condition"),
+            DEADLINE,
+            || async {
+                let m = mca(&admin, &c1, addon).await?;
+                // Whatever the binding is meanwhile, it never names anyone else.
+                if let Some(b) = bindings.get_opt(&name).await.expect("binding") {
+                    let bad: Vec<_> = subjects(&b)
+                        .into_iter()
+                        .filter(|s| !allowed.contains(s))
+                        .collect();
+                    assert!(bad.is_empty(), "{what}: bound {bad:?}");
+                }
+                let refused = condition(&m, "RegistrationApplied").is_some_and(|c| {
+                    (c.0, c.1) == ("False", "InvalidSubject") && c.2.contains(&shown)
+                });
+                (refused && bindings.get_opt(&name).await.ok()?.is_none()).then_some(m)
+            },
+        )
+        .await;
+        let message = condition(&m, "RegistrationApplied")
+            .map(|c| c.2)
+            .unwrap_or_default();
+        assert!(
+            message.contains("is not this cluster's agent service account")
+                && !message.contains('\n'),
+            "{what}: {message}"
+        );
+    }
+
+    // The agent's own service account, as upstream's token driver reports it, is bound.
+    let status = json!({"status": {"registrations": [{"signerName": "kubernetes.io/kube-apiserver-client",
+        "subject": {"user": own_sa, "groups": null}}]}});
+    eventually(
+        "the spoke reports its own service account",
+        DEADLINE,
+        || async {
+            spoke
+                .patch_status(addon, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .ok()
+        },
+    )
+    .await;
+    let b = eventually("the agent's service account is bound", DEADLINE, || async {
+        let m = mca(&admin, &c1, addon).await?;
+        let applied = condition(&m, "RegistrationApplied").map(|c| c.0) == Some("True");
+        let b = bindings.get_opt(&name).await.ok()??;
+        applied.then_some(b)
+    })
+    .await;
+    assert_eq!(subjects(&b), [allowed[2].clone()]);
+    assert_eq!(
+        b.subjects.as_ref().and_then(|s| s[0].namespace.as_deref()),
+        Some(c1.as_str())
     );
 }
 
@@ -986,6 +1146,7 @@ async fn the_works_manifests_run_the_agent_that_scores_on_the_hub() {
     let hub = hub_cp.client().expect("hub client");
     let spoke = spoke_cp.client().expect("managed client");
     let addon = "loop-addon";
+    apply_agent_role(&hub, addon).await;
     let cluster = cluster(&hub, "loop-cluster").await;
     create_cma(&hub, addon, json!({"type": "Manual"})).await;
     create_mca(&hub, &cluster, addon).await;
@@ -1152,7 +1313,8 @@ fn token_kubeconfig(cp: &ControlPlane, dir: &Path, token: &str) -> String {
     )
 }
 
-/// The manager's RBAC (`charts/ocm-placement/files/manager-rbac.yaml`) for `sa` in `ns`, applied.
+/// The manager's RBAC (`charts/ocm-placement/files/manager-rbac.yaml`) for `sa` in `ns`, and
+/// the agent's ClusterRole it binds, applied as the chart installs them.
 async fn apply_manager_rbac(client: &Client, addon: &str, ns: &str, sa: &str) {
     let text = include_str!("../../charts/ocm-placement/files/manager-rbac.yaml")
         .replace("{{ADDON}}", addon)
@@ -1161,6 +1323,26 @@ async fn apply_manager_rbac(client: &Client, addon: &str, ns: &str, sa: &str) {
     testenv::apply_yaml(client, &text, ns)
         .await
         .expect("the manager's RBAC");
+    apply_agent_role(client, addon).await;
+}
+
+/// The agent's hub ClusterRole (`charts/ocm-placement/files/agent-hub-rbac.yaml`), which the
+/// chart installs with the manager and the manager binds per cluster.
+async fn apply_agent_role(client: &Client, addon: &str) {
+    let text = include_str!("../../charts/ocm-placement/files/agent-hub-rbac.yaml")
+        .replace("{{ADDON}}", addon);
+    testenv::apply_yaml(client, &text, "default")
+        .await
+        .expect("the agent's ClusterRole");
+}
+
+/// A RoleBinding's subjects as (kind, name).
+fn subjects(b: &RoleBinding) -> Vec<(String, String)> {
+    b.subjects
+        .iter()
+        .flatten()
+        .map(|s| (s.kind.clone(), s.name.clone()))
+        .collect()
 }
 
 fn free_port() -> u16 {
@@ -1202,6 +1384,29 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
     let dir = tempdir(&system);
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).expect("kubeconfig");
+
+    // What an earlier version left: the agent's Role and a RoleBinding to it, owned by the MCA.
+    let c0 = cluster(&admin, "binary-cluster").await;
+    create_mca(&admin, &c0, addon).await;
+    let permission = format!("open-cluster-management:{addon}:agent");
+    let m0 = mca(&admin, &c0, addon).await.expect("mca");
+    let owned = json!({"labels": {"open-cluster-management.io/addon-name": addon},
+        "ownerReferences": [{"apiVersion": "addon.open-cluster-management.io/v1alpha1",
+            "kind": "ManagedClusterAddOn", "name": addon, "uid": m0.uid(), "controller": true}]});
+    let mut legacy_role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": permission, "namespace": c0},
+        "rules": [{"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["addonplacementscores"], "verbs": ["get", "create"]}]});
+    let mut legacy_binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": permission, "namespace": c0},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": permission},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": default_user(&c0, addon, &format!("{addon}-agent"))}]});
+    for o in [&mut legacy_role, &mut legacy_binding] {
+        o["metadata"]["labels"] = owned["labels"].clone();
+        o["metadata"]["ownerReferences"] = owned["ownerReferences"].clone();
+        testenv::apply(&admin, o, &c0)
+            .await
+            .expect("a legacy object");
+    }
 
     let spawn = |port: u16| {
         Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
@@ -1261,6 +1466,19 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
                 .filter(|m| condition(m, "RegistrationApplied").map(|c| c.0) == Some("True"))
         },
     )
+    .await;
+    // The earlier version's Role is gone and the binding names the ClusterRole now.
+    eventually("the legacy permission is migrated", DEADLINE, || async {
+        let role = Api::<Role>::namespaced(admin.clone(), &c0)
+            .get_opt(&permission)
+            .await
+            .ok()?;
+        let b = Api::<RoleBinding>::namespaced(admin.clone(), &c0)
+            .get_opt(&permission)
+            .await
+            .ok()??;
+        (role.is_none() && b.role_ref.kind == "ClusterRole").then_some(())
+    })
     .await;
     allow_csr_create(
         &admin,
@@ -1369,6 +1587,7 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
         ),
         "another work"
     );
+    refuses_what_the_manager_must_not_grant(&as_manager, addon, &c1, &system).await;
     assert!(
         forbidden(
             Api::<AddOnPlacementScore>::namespaced(as_manager.clone(), &c1)
@@ -1388,4 +1607,161 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
         "leases outside its namespace"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// As the manager's identity: no role but the agent's can be bound, to no one but a cluster's
+/// own agent; no Role, no ManifestWork of another name, can be made.
+async fn refuses_what_the_manager_must_not_grant(
+    as_manager: &Client,
+    addon: &str,
+    cluster: &str,
+    own_ns: &str,
+) {
+    let create = |kind: &'static str, ns: Option<String>, obj: Value| {
+        let client = as_manager.clone();
+        async move {
+            let (group, version) = match kind {
+                "ManifestWork" => ("work.open-cluster-management.io", "v1"),
+                _ => ("rbac.authorization.k8s.io", "v1"),
+            };
+            let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+            let (ar, _) = kube::discovery::pinned_kind(&client, &gvk).await?;
+            let api: Api<kube::api::DynamicObject> = match &ns {
+                Some(ns) => Api::namespaced_with(client, ns, &ar),
+                None => Api::all_with(client, &ar),
+            };
+            let o: kube::api::DynamicObject =
+                serde_json::from_value(obj).map_err(kube::Error::SerdeError)?;
+            api.create(&PostParams::default(), &o)
+                .await
+                .map(|o| serde_json::to_value(o).unwrap_or_default())
+        }
+    };
+    let agent_role = format!("open-cluster-management:{addon}:agent-hub");
+    let agent_binding = format!("open-cluster-management:{addon}:agent");
+    let binding = |ns: &str, name: &str, role: (&str, &str), subject: Value| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role.0, "name": role.1},
+            "subjects": [subject]})
+    };
+    let user =
+        |n: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": n});
+    let everyone = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"});
+    let agent = default_user(cluster, addon, &format!("{addon}-agent"));
+    let cases: Vec<(&str, &'static str, Option<String>, Value)> = vec![
+        (
+            "a ClusterRoleBinding to cluster-admin",
+            "ClusterRoleBinding",
+            None,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": format!("{addon}-escalate")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [user("mallory")]}),
+        ),
+        (
+            "cluster-admin in a cluster namespace, under the agent's binding name",
+            "RoleBinding",
+            Some(cluster.to_owned()),
+            binding(
+                cluster,
+                &agent_binding,
+                ("ClusterRole", "cluster-admin"),
+                user(&agent),
+            ),
+        ),
+        (
+            "cluster-admin in its own namespace",
+            "RoleBinding",
+            Some(own_ns.to_owned()),
+            binding(
+                own_ns,
+                "escalate",
+                ("ClusterRole", "cluster-admin"),
+                user("mallory"),
+            ),
+        ),
+        (
+            "admin in a cluster namespace",
+            "RoleBinding",
+            Some(cluster.to_owned()),
+            binding(
+                cluster,
+                "escalate-admin",
+                ("ClusterRole", "admin"),
+                user(&agent),
+            ),
+        ),
+        (
+            "admin in its own namespace",
+            "RoleBinding",
+            Some(own_ns.to_owned()),
+            binding(
+                own_ns,
+                "escalate-admin",
+                ("ClusterRole", "admin"),
+                user("mallory"),
+            ),
+        ),
+        (
+            "the agent's role to everyone",
+            "RoleBinding",
+            Some(cluster.to_owned()),
+            binding(
+                cluster,
+                "scores-for-all",
+                ("ClusterRole", &agent_role),
+                everyone.clone(),
+            ),
+        ),
+        (
+            "the agent's role to everyone, under the agent's binding name elsewhere",
+            "RoleBinding",
+            Some(own_ns.to_owned()),
+            binding(
+                own_ns,
+                &agent_binding,
+                ("ClusterRole", &agent_role),
+                everyone.clone(),
+            ),
+        ),
+        (
+            "the agent's role to another cluster's agent",
+            "RoleBinding",
+            Some(own_ns.to_owned()),
+            binding(
+                own_ns,
+                &agent_binding,
+                ("ClusterRole", &agent_role),
+                user(&agent),
+            ),
+        ),
+        (
+            "a Role with the agent's permissions",
+            "Role",
+            Some(cluster.to_owned()),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "scores", "namespace": cluster},
+                "rules": [{"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["addonplacementscores"], "verbs": ["get", "create"]}]}),
+        ),
+        (
+            "a ManifestWork of another name",
+            "ManifestWork",
+            Some(cluster.to_owned()),
+            json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+                "metadata": {"name": "not-the-addons", "namespace": cluster},
+                "spec": {"workload": {"manifests": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "pwned"}}]}}}),
+        ),
+    ];
+    let mut allowed = Vec::new();
+    for (what, kind, ns, obj) in cases {
+        let r = create(kind, ns, obj).await;
+        if !matches!(&r, Err(kube::Error::Api(s)) if s.code == 403) {
+            allowed.push(format!("{what}: {r:?}"));
+        }
+    }
+    assert!(
+        allowed.is_empty(),
+        "the manager's identity could: {allowed:#?}"
+    );
 }

@@ -68,14 +68,11 @@ impl Setup {
     }
 
     fn values(&self) -> BTreeMap<&'static str, String> {
-        let (user, groups) = self.hub_identity();
         [
             ("ADDON_NAME", self.addon.clone()),
             ("INSTALL_NAMESPACE", self.agent_ns.clone()),
             ("CLUSTER_NAME", self.cluster.clone()),
             ("IMAGE", "example.invalid/agent:test".into()),
-            ("AGENT_USER", user),
-            ("AGENT_GROUP", groups[0].clone()),
         ]
         .into_iter()
         .collect()
@@ -104,9 +101,25 @@ impl Setup {
             dir,
         };
         let values = setup.values();
-        for obj in manifests::render(&manifests::HUB, &values).expect("hub manifests") {
-            apply(&hub_admin, obj).await;
-        }
+        // The hub permission: the chart's agent ClusterRole, bound in the cluster namespace as
+        // the add-on manager binds it.
+        let role = include_str!("../../../charts/ocm-placement/files/agent-hub-rbac.yaml")
+            .replace("{{ADDON}}", &setup.addon);
+        testenv::apply_yaml(&hub_admin, &role, &setup.cluster)
+            .await
+            .expect("the agent's hub ClusterRole");
+        let (user, groups) = setup.hub_identity();
+        let name = format!("open-cluster-management:{}:agent", setup.addon);
+        let cluster_role = format!("open-cluster-management:{}:agent-hub", setup.addon);
+        apply(
+            &hub_admin,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": setup.cluster},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user},
+                             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": groups[0]}]}),
+        )
+        .await;
         for obj in manifests::render(&manifests::AGENT, &values).expect("agent manifests") {
             // No kubelet runs the Deployment; the tests run the binary as a process.
             if obj["kind"] != "Deployment" {

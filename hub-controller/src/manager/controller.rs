@@ -351,7 +351,7 @@ pub async fn run(
 /// The step whose failure a write reports.
 fn step_of(action: &Action) -> Option<Step> {
     match action {
-        Action::ApplyRole(_) | Action::ApplyRoleBinding(_) => Some(Step::Permission),
+        Action::ApplyRoleBinding(_) => Some(Step::Permission),
         Action::ApplyWork(_) => Some(Step::Work),
         _ => None,
     }
@@ -610,13 +610,6 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
                     .await
                     .map(drop),
             )
-        }
-        Action::ApplyRole(r) => {
-            let ns = r.metadata.namespace.clone().unwrap_or_default();
-            Api::<Role>::namespaced(client.clone(), &ns)
-                .patch(&settings.permission_name(), &apply, &Patch::Apply(&r))
-                .await
-                .map(drop)
         }
         Action::ApplyRoleBinding(b) => {
             let ns = b.metadata.namespace.clone().unwrap_or_default();

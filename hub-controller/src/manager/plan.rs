@@ -35,6 +35,9 @@ pub use super::render::RENDERING_HASH;
 const CONFIGURED: &str = "ConfigurationsConfigured";
 const CONFIG_NOT_FOUND: &str = "ConfigurationNotFound";
 const CONFIG_INVALID: &str = "ConfigurationInvalid";
+/// `RegistrationApplied=False`: the subject the spoke reported is not its agent's identity
+/// (upstream binds whatever the status says; this reason is ours).
+const INVALID_SUBJECT: &str = "InvalidSubject";
 
 /// How the add-on's `Available` is decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -63,9 +66,9 @@ impl Settings {
         format!("addon-{}-deploy-0", self.addon)
     }
 
-    /// The name of the agent's hub Role and RoleBinding in each cluster namespace.
+    /// The name of the agent's hub RoleBinding in each cluster namespace.
     pub fn permission_name(&self) -> String {
-        format!("open-cluster-management:{}:agent", self.addon)
+        registration::permission_name(&self.addon)
     }
 }
 
@@ -100,6 +103,7 @@ pub struct Snapshot {
     pub clusters: BTreeMap<String, Arc<ManagedCluster>>,
     /// This add-on's deploy works by cluster namespace.
     pub works: BTreeMap<String, Arc<ManifestWork>>,
+    /// The agent's hub Roles that earlier versions created (now a ClusterRole): deleted.
     pub roles: BTreeMap<String, Arc<Role>>,
     pub bindings: BTreeMap<String, Arc<RoleBinding>>,
     pub csrs: Vec<Arc<CertificateSigningRequest>>,
@@ -128,7 +132,6 @@ pub enum Action {
         resource_version: Option<String>,
         status: Box<ManagedClusterAddOnStatus>,
     },
-    ApplyRole(Box<Role>),
     ApplyRoleBinding(Box<RoleBinding>),
     DeleteRole {
         cluster: String,
@@ -157,7 +160,6 @@ impl Action {
             Action::CreateMca(_) => "create_mca",
             Action::DeleteMca { .. } => "delete_mca",
             Action::PatchMcaStatus { .. } => "patch_mca_status",
-            Action::ApplyRole(_) => "apply_role",
             Action::ApplyRoleBinding(_) => "apply_rolebinding",
             Action::DeleteRole { .. } => "delete_role",
             Action::DeleteRoleBinding { .. } => "delete_rolebinding",
@@ -176,7 +178,6 @@ impl Action {
             | Action::DeleteRoleBinding { cluster }
             | Action::DeleteWork { cluster } => Some(cluster),
             Action::CreateMca(o) => o.metadata.namespace.as_deref(),
-            Action::ApplyRole(o) => o.metadata.namespace.as_deref(),
             Action::ApplyRoleBinding(o) => o.metadata.namespace.as_deref(),
             Action::ApplyWork(o) => o.metadata.namespace.as_deref(),
             _ => None,
@@ -205,6 +206,8 @@ struct Cluster<'a> {
     config: Option<ConfigKey>,
     config_hash: Option<String>,
     rendered: Result<Arc<Rendered>, String>,
+    /// The subject the spoke reported with the token driver (to be checked, never trusted).
+    token_subject: Option<ocm_api::addon::v1alpha1::Subject>,
     /// The config the rendering used (a write renders again with it).
     adc: Option<AddOnDeploymentConfigSpec>,
     work: Option<&'a ManifestWork>,
@@ -221,13 +224,7 @@ pub struct Renders {
     template: Option<AgentTemplate>,
     previous: HashMap<(String, String), Result<Arc<Rendered>, String>>,
     current: HashMap<(String, String), Result<Arc<Rendered>, String>>,
-    /// The hub permission by (cluster, user, group, owner uid): its templates are YAML too.
-    permissions: HashMap<PermissionKey, Permission>,
-    permissions_used: HashMap<PermissionKey, Permission>,
 }
-
-type PermissionKey = (String, String, String, String);
-type Permission = Arc<Result<(Role, RoleBinding), String>>;
 
 impl Renders {
     fn get(
@@ -262,37 +259,9 @@ impl Renders {
         r
     }
 
-    fn permission(
-        &mut self,
-        cluster: &str,
-        addon: &str,
-        subject: &ocm_api::addon::v1alpha1::Subject,
-        owner: &OwnerReference,
-    ) -> Permission {
-        let key = (
-            cluster.to_owned(),
-            subject.user.clone(),
-            subject.groups.first().cloned().unwrap_or_default(),
-            format!("{addon}/{}", owner.uid),
-        );
-        if let Some(r) = self.permissions_used.get(&key) {
-            return r.clone();
-        }
-        let r = match self.permissions.remove(&key) {
-            Some(r) => r,
-            None => Arc::new(
-                registration::hub_permission(cluster, addon, subject, owner.clone())
-                    .map_err(|e| e.to_string()),
-            ),
-        };
-        self.permissions_used.insert(key, r.clone());
-        r
-    }
-
     /// Ends a pass: what it did not use goes.
     fn rotate(&mut self) {
         self.previous = std::mem::take(&mut self.current);
-        self.permissions = std::mem::take(&mut self.permissions_used);
     }
 }
 
@@ -477,39 +446,44 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
         }
     }
 
+    // Only what an MCA of this add-on owned (the garbage collector does the same; this is for
+    // hubs where it lags, and for a work left behind by a foreground deletion).
+    let ours = |meta: &ObjectMeta| {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "ManagedClusterAddOn" && o.name == settings.addon)
+    };
+
     // Writes per cluster.
     let mut status_actions = Vec::new();
     for mut c in clusters {
         let Some(owner) = mca_owner(c.mca) else {
             continue;
         };
-        // Hub permission, for the subject in `registrations` (the agent's own with the token
-        // driver).
-        let subject = c
-            .status
-            .registrations
-            .first()
-            .map(|r| r.subject.clone())
-            .unwrap_or_default();
-        match renders
-            .permission(c.name, &settings.addon, &subject, &owner)
-            .as_ref()
-        {
-            Ok((role, binding)) => {
-                let role_ok = snap
-                    .roles
-                    .get(c.name)
-                    .is_some_and(|o| registration::role_matches(o, role));
-                let binding_ok = snap
-                    .bindings
-                    .get(c.name)
-                    .is_some_and(|o| registration::binding_matches(o, binding));
-                if !role_ok {
-                    out.actions.push(Action::ApplyRole(Box::new(role.clone())));
-                }
+        // Hub permission: the agent ClusterRole bound to the identity this cluster's agent
+        // really has. A subject the spoke reported that is anything else is refused, and a
+        // binding we made earlier goes.
+        let observed = snap.bindings.get(c.name);
+        match registration::hub_permission(
+            c.name,
+            &settings.addon,
+            &settings.agent,
+            c.token_subject.as_ref(),
+            owner.clone(),
+        ) {
+            Ok(binding) => {
+                let binding_ok =
+                    observed.is_some_and(|o| registration::binding_matches(o, &binding));
                 if !binding_ok {
+                    // roleRef cannot change in place (earlier versions bound a Role).
+                    if observed.is_some_and(|o| o.role_ref != binding.role_ref) {
+                        out.actions.push(Action::DeleteRoleBinding {
+                            cluster: c.name.to_owned(),
+                        });
+                    }
                     out.actions
-                        .push(Action::ApplyRoleBinding(Box::new(binding.clone())));
+                        .push(Action::ApplyRoleBinding(Box::new(binding)));
                 }
                 let (s, r, m) = match snap.errors.get(&(c.name.to_owned(), Step::Permission)) {
                     Some(e) => (
@@ -517,7 +491,7 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
                         addon_condition::reason::SET_PERMISSION_FAILED,
                         format!("Failed to set permission for hub agent: {e}"),
                     ),
-                    None if role_ok && binding_ok => (
+                    None if binding_ok => (
                         "True",
                         addon_condition::reason::SET_PERMISSION_APPLIED,
                         "Registration of the addon agent is configured".to_owned(),
@@ -538,12 +512,21 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
                 );
             }
             Err(e) => {
+                if observed.is_some_and(|o| ours(&o.metadata)) {
+                    out.actions.push(Action::DeleteRoleBinding {
+                        cluster: c.name.to_owned(),
+                    });
+                }
+                out.warnings.push(format!(
+                    "cluster {}: no hub permission for the add-on agent: {e}",
+                    c.name
+                ));
                 conditions::set(
                     &mut c.status.conditions,
                     addon_condition::REGISTRATION_APPLIED,
                     "False",
-                    addon_condition::reason::SET_PERMISSION_FAILED,
-                    &format!("Failed to set permission for hub agent: {e}"),
+                    INVALID_SUBJECT,
+                    &format!("The hub permission of the addon agent is refused: {e}"),
                     now,
                 );
             }
@@ -667,14 +650,6 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
             .get(ns)
             .is_some_and(|m| m.metadata.deletion_timestamp.is_none())
     };
-    // Only what an MCA of this add-on owned (the garbage collector does the same; this is for
-    // hubs where it lags, and for a work left behind by a foreground deletion).
-    let ours = |meta: &ObjectMeta| {
-        meta.owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == "ManagedClusterAddOn" && o.name == settings.addon)
-    };
     for (ns, w) in &snap.works {
         if !live(ns) && ours(&w.metadata) {
             out.actions.push(Action::DeleteWork {
@@ -682,8 +657,9 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
             });
         }
     }
+    // The agent's Role of earlier versions: the binding now names the ClusterRole.
     for (ns, r) in &snap.roles {
-        if !snap.mcas.contains_key(ns) && ours(&r.metadata) {
+        if ours(&r.metadata) {
             out.actions.push(Action::DeleteRole {
                 cluster: ns.clone(),
             });
@@ -991,15 +967,17 @@ fn assess<'a>(
         resource: ADC_RESOURCE.to_owned(),
     };
     status.supported_configs = vec![adc_gr.clone()];
-    // The token driver: the agent's own subject stays (upstream `buildRegistrationConfigs`).
-    let own_subject = status
+    // The token driver: the agent's own subject stays (upstream `buildRegistrationConfigs`);
+    // the spoke wrote it, so it is bound only if it is that cluster's agent (see
+    // `registration::hub_permission`).
+    let token_subject = status
         .registrations
         .first()
         .map(|r| r.subject.clone())
         .filter(|s| status.kube_client_driver == "token" && !s.user.is_empty());
     status.registrations = registration::registrations(name, &settings.addon, &settings.agent);
-    if let (Some(subject), Some(r)) = (own_subject, status.registrations.first_mut()) {
-        r.subject = subject;
+    if let (Some(subject), Some(r)) = (&token_subject, status.registrations.first_mut()) {
+        r.subject = subject.clone();
     }
     status.health_check.mode = match settings.health {
         HealthMode::Work => "Customized",
@@ -1165,6 +1143,7 @@ fn assess<'a>(
         config,
         config_hash,
         rendered,
+        token_subject,
         adc: adc_owned,
         work,
         up_to_date,
@@ -1281,10 +1260,6 @@ pub fn apply_in_memory(snap: &mut Snapshot, actions: &[Action]) {
                 let mut m = snap.mcas[&cluster].as_ref().clone();
                 m.status = Some(*status);
                 snap.mcas.insert(cluster, Arc::new(m));
-            }
-            Action::ApplyRole(r) => {
-                snap.roles
-                    .insert(r.metadata.namespace.clone().expect("ns"), Arc::new(*r));
             }
             Action::ApplyRoleBinding(b) => {
                 snap.bindings
@@ -1497,7 +1472,7 @@ mod tests {
         let actions = converge(&s, &mut snap);
         assert_eq!(snap.mcas.keys().collect::<Vec<_>>(), ["c1", "c2"]);
         assert_eq!(snap.works.len(), 2);
-        assert_eq!((snap.roles.len(), snap.bindings.len()), (2, 2));
+        assert_eq!((snap.roles.len(), snap.bindings.len()), (0, 2));
         let m = &snap.mcas["c1"];
         assert!(owned_by(&m.metadata, snap.cma.as_deref().expect("cma")));
         assert_eq!(
@@ -1526,15 +1501,7 @@ mod tests {
             .map(Action::kind)
             .filter(|k| *k != "patch_mca_status")
             .collect();
-        assert_eq!(
-            c1,
-            [
-                "create_mca",
-                "apply_role",
-                "apply_rolebinding",
-                "apply_work"
-            ]
-        );
+        assert_eq!(c1, ["create_mca", "apply_rolebinding", "apply_work"]);
         // Nothing changes: nothing to write, at any later time.
         snap.now = Some(t(3600));
         assert_eq!(plan(&s, &snap).actions, []);
@@ -1574,7 +1541,6 @@ mod tests {
             [
                 ("delete_mca", Some("c2")),
                 ("delete_work", Some("c2")),
-                ("delete_role", Some("c2")),
                 ("delete_rolebinding", Some("c2"))
             ]
         );
@@ -1990,37 +1956,123 @@ mod tests {
         snap.works.insert("c9".into(), Arc::new(stray));
         assert_eq!(plan(&s, &snap).actions, []);
 
-        // The token driver: the agent's own subject is kept and bound.
+        // The token driver: the agent's own subject is kept, and bound as its service account.
+        let token = |snap: &mut Snapshot, user: &str, groups: &[&str]| {
+            let mut m = snap.mcas["c1"].as_ref().clone();
+            let st = m.status.get_or_insert_with(Default::default);
+            st.kube_client_driver = "token".into();
+            st.registrations[0].subject = ocm_api::addon::v1alpha1::Subject {
+                user: user.into(),
+                groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+                organization_units: Vec::new(),
+            };
+            snap.mcas.insert("c1".into(), Arc::new(m));
+        };
+        let subjects = |snap: &Snapshot| -> Option<Vec<(String, String)>> {
+            snap.bindings.get("c1").map(|b| {
+                b.subjects
+                    .iter()
+                    .flatten()
+                    .map(|x| (x.kind.clone(), x.name.clone()))
+                    .collect()
+            })
+        };
+        let own = "system:serviceaccount:c1:c1-ruc-agent";
         let mut snap = base();
         converge(&s, &mut snap);
-        let mut m = snap.mcas["c1"].as_ref().clone();
-        let st = m.status.get_or_insert_with(Default::default);
-        st.kube_client_driver = "token".into();
-        st.registrations[0].subject = ocm_api::addon::v1alpha1::Subject {
-            user: "system:serviceaccount:agents:ruc-agent".into(),
-            groups: vec!["system:serviceaccounts:agents".into()],
-            organization_units: Vec::new(),
-        };
-        snap.mcas.insert("c1".into(), Arc::new(m));
+        token(&mut snap, own, &[]);
         converge(&s, &mut snap);
         let status = snap.mcas["c1"].status.clone().expect("status");
+        assert_eq!(status.registrations[0].subject.user, own);
         assert_eq!(
-            status.registrations[0].subject.user,
-            "system:serviceaccount:agents:ruc-agent"
+            subjects(&snap),
+            Some(vec![("ServiceAccount".into(), "c1-ruc-agent".into())])
         );
-        let subjects: Vec<String> = snap.bindings["c1"]
-            .subjects
-            .iter()
-            .flatten()
-            .map(|x| x.name.clone())
-            .collect();
         assert_eq!(
-            subjects,
+            cond(&snap, "c1", "RegistrationApplied"),
+            Some(("True", "SetPermissionApplied"))
+        );
+
+        // Any other subject the spoke writes never reaches a RoleBinding: the one we made goes,
+        // and the condition says why.
+        let injected = format!(
+            "{own}\n- apiGroup: rbac.authorization.k8s.io\n  kind: Group\n  name: system:authenticated"
+        );
+        let hostile: Vec<(&str, &str, Vec<&str>)> = vec![
+            (
+                "a newline and YAML",
+                &injected,
+                vec!["system:serviceaccounts:c1"],
+            ),
+            (
+                "another cluster's agent",
+                "system:serviceaccount:c2:c2-ruc-agent",
+                vec![],
+            ),
+            (
+                "another cluster's certificate user",
+                "system:open-cluster-management:cluster:c2:addon:ruc:agent:ruc-agent",
+                vec!["system:open-cluster-management:cluster:c2:addon:ruc"],
+            ),
+            ("everyone as a group", own, vec!["system:authenticated"]),
+            (
+                "the cluster namespace's default account",
+                "system:serviceaccount:c1:default",
+                vec![],
+            ),
+        ];
+        for (what, user, groups) in hostile {
+            let mut snap = base();
+            converge(&s, &mut snap);
+            assert!(snap.bindings.contains_key("c1"));
+            token(&mut snap, user, &groups);
+            let actions = converge(&s, &mut snap);
+            assert!(
+                !actions
+                    .iter()
+                    .any(|a| matches!(a, Action::ApplyRoleBinding(_))),
+                "{what}: {actions:?}"
+            );
+            assert_eq!(subjects(&snap), None, "{what}");
+            assert_eq!(
+                cond(&snap, "c1", "RegistrationApplied"),
+                Some(("False", "InvalidSubject")),
+                "{what}"
+            );
+            // The other cluster is untouched.
+            assert!(snap.bindings.contains_key("c2"), "{what}");
+        }
+
+        // An earlier version's Role binding: replaced (roleRef is immutable), its Role deleted.
+        let mut snap = base();
+        converge(&s, &mut snap);
+        let mut old = snap.bindings["c1"].as_ref().clone();
+        old.role_ref.kind = "Role".into();
+        snap.bindings.insert("c1".into(), Arc::new(old.clone()));
+        let role = Role {
+            metadata: ObjectMeta {
+                name: old.metadata.name.clone(),
+                namespace: Some("c1".into()),
+                owner_references: old.metadata.owner_references.clone(),
+                ..ObjectMeta::default()
+            },
+            rules: None,
+        };
+        snap.roles.insert("c1".into(), Arc::new(role));
+        let actions = converge(&s, &mut snap);
+        assert_eq!(
+            kinds(&actions)
+                .into_iter()
+                .filter(|(k, _)| !k.starts_with("patch"))
+                .collect::<Vec<_>>(),
             [
-                "system:serviceaccount:agents:ruc-agent",
-                "system:serviceaccounts:agents"
+                ("delete_rolebinding", Some("c1")),
+                ("apply_rolebinding", Some("c1")),
+                ("delete_role", Some("c1"))
             ]
         );
+        assert_eq!(snap.bindings["c1"].role_ref.kind, "ClusterRole");
+        assert!(snap.roles.is_empty());
 
         // While the cluster is Unknown, Available is left to the hub's registration controller.
         let mut snap = base();

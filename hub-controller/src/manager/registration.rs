@@ -2,14 +2,13 @@
 //! controllers): the default subject, `status.registrations`, the agent's hub permission in
 //! its cluster namespace, and which CertificateSigningRequests are this add-on's to approve.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject as RbacSubject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use ocm_api::addon::v1alpha1::{RegistrationConfig, Subject};
 use ocm_api::wellknown::label;
-use score_provider::manifests;
 use thiserror::Error;
 
 /// The signer of hub client certificates (OCM's `kubeClient` registration).
@@ -46,53 +45,122 @@ pub fn registrations(cluster: &str, addon: &str, agent: &str) -> Vec<Registratio
     }]
 }
 
-#[derive(Debug, Error)]
-pub enum PermissionError {
-    #[error("rendering the hub permission: {0}")]
-    Render(#[from] manifests::RenderError),
-    #[error("the hub permission manifests are not a Role and a RoleBinding: {0}")]
-    Shape(#[from] serde_json::Error),
-    #[error("the registration has no subject yet")]
-    NoSubject,
+/// The name of the agent's hub RoleBinding in each cluster namespace (and of the Role earlier
+/// versions made there).
+pub fn permission_name(addon: &str) -> String {
+    format!("open-cluster-management:{addon}:agent")
 }
 
-/// The agent's hub permission in its cluster namespace (`addon-manifests/hub/`): a Role on
-/// `addonplacementscores` and its status, bound to the registration subject; labelled with the
-/// add-on name (what the manager watches) and owned by the ManagedClusterAddOn.
-/// `subject`: the registration subject (its user, and its first group: the per-cluster one
-/// for the default subject); an empty one has no permission to give.
+/// The agent's hub ClusterRole (`charts/ocm-placement/files/agent-hub-rbac.yaml`, installed
+/// with the manager). The manager only binds it (RBAC `bind` on this name) and holds none of
+/// its permissions. Not `permission_name`: on a hub that manages itself, the agent's own
+/// ClusterRole on the managed side (`addon-manifests/agent/clusterrole.yaml`) has that name.
+pub fn agent_cluster_role(addon: &str) -> String {
+    format!("open-cluster-management:{addon}:agent-hub")
+}
+
+/// The hub ServiceAccount of `cluster`'s agent with the token driver: OCM's
+/// token-infrastructure controller creates `<cluster>-<addon>-agent` in the cluster namespace,
+/// and the agent's registration driver reports it as its subject.
+pub fn token_service_account(cluster: &str, addon: &str) -> String {
+    format!("{cluster}-{addon}-agent")
+}
+
+/// Why the subject a spoke wrote into `status.registrations` is not bound (it is not the
+/// identity that cluster's agent has).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PermissionError {
+    #[error(
+        "the token driver's subject user {} is not this cluster's agent service account {want}",
+        shown(.got)
+    )]
+    TokenUser { got: String, want: String },
+    #[error(
+        "the token driver's subject names groups or organization units ({}); it may name only its user",
+        shown(.0)
+    )]
+    TokenGroups(String),
+}
+
+/// A spoke-written string for a message: quoted and escaped (a newline stays `\n`), at most
+/// 100 characters of it.
+fn shown(s: &str) -> String {
+    let cut: String = s.chars().take(100).collect();
+    if cut.len() < s.len() {
+        format!("{cut:?}...")
+    } else {
+        format!("{cut:?}")
+    }
+}
+
+/// The agent's hub permission in its cluster namespace: a RoleBinding of the agent
+/// ClusterRole to the identity `cluster`'s agent really has, labelled with the add-on name
+/// (what the manager watches) and owned by the ManagedClusterAddOn.
+///
+/// `token_subject`: the subject the spoke reported with the token driver (None: the
+/// certificate driver, whose subject the manager sets itself). It is taken only when it is
+/// exactly that cluster's agent service account; the binding is built from our own names,
+/// never from the spoke's text.
 pub fn hub_permission(
     cluster: &str,
     addon: &str,
-    subject: &Subject,
+    agent: &str,
+    token_subject: Option<&Subject>,
     owner: OwnerReference,
-) -> Result<(Role, RoleBinding), PermissionError> {
-    let (Some(group), false) = (subject.groups.first(), subject.user.is_empty()) else {
-        return Err(PermissionError::NoSubject);
+) -> Result<RoleBinding, PermissionError> {
+    let subjects = match token_subject {
+        None => vec![
+            RbacSubject {
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                kind: "User".to_owned(),
+                name: default_user(cluster, addon, agent),
+                namespace: None,
+            },
+            // Only the per-cluster group: the add-on-wide one is every cluster's agent's.
+            RbacSubject {
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                kind: "Group".to_owned(),
+                name: default_groups(cluster, addon)[0].clone(),
+                namespace: None,
+            },
+        ],
+        Some(s) => {
+            let sa = token_service_account(cluster, addon);
+            let want = format!("system:serviceaccount:{cluster}:{sa}");
+            if s.user != want {
+                return Err(PermissionError::TokenUser {
+                    got: s.user.clone(),
+                    want,
+                });
+            }
+            if !s.groups.is_empty() || !s.organization_units.is_empty() {
+                let mut all = s.groups.clone();
+                all.extend(s.organization_units.iter().cloned());
+                return Err(PermissionError::TokenGroups(all.join(",")));
+            }
+            vec![RbacSubject {
+                api_group: None,
+                kind: "ServiceAccount".to_owned(),
+                name: sa,
+                namespace: Some(cluster.to_owned()),
+            }]
+        }
     };
-    let values: BTreeMap<&str, String> = [
-        ("ADDON_NAME", addon.to_owned()),
-        ("CLUSTER_NAME", cluster.to_owned()),
-        ("AGENT_USER", subject.user.clone()),
-        ("AGENT_GROUP", group.clone()),
-    ]
-    .into_iter()
-    .collect();
-    let mut objects = manifests::render(&manifests::HUB, &values)?.into_iter();
-    let mut role: Role = serde_json::from_value(objects.next().unwrap_or_default())?;
-    let mut binding: RoleBinding = serde_json::from_value(objects.next().unwrap_or_default())?;
-    for meta in [&mut role.metadata, &mut binding.metadata] {
-        meta.labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(label::ADDON_NAME.to_owned(), addon.to_owned());
-        meta.owner_references = Some(vec![owner.clone()]);
-    }
-    Ok((role, binding))
-}
-
-/// Whether the observed Role grants exactly what `desired` does (the fields the manager owns).
-pub fn role_matches(observed: &Role, desired: &Role) -> bool {
-    observed.rules == desired.rules && owned_meta_matches(&observed.metadata, &desired.metadata)
+    Ok(RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(permission_name(addon)),
+            namespace: Some(cluster.to_owned()),
+            labels: Some([(label::ADDON_NAME.to_owned(), addon.to_owned())].into()),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: agent_cluster_role(addon),
+        },
+        subjects: Some(subjects),
+    })
 }
 
 /// Whether the observed RoleBinding binds exactly what `desired` does.
@@ -434,46 +502,166 @@ mod tests {
         assert!(matches!(check(&garbage), Err(CsrRefusal::Request(_))));
     }
 
-    #[test]
-    fn hub_permission_is_scores_only_in_the_cluster_namespace() {
-        let owner = OwnerReference {
+    fn owner() -> OwnerReference {
+        OwnerReference {
             api_version: "addon.open-cluster-management.io/v1alpha1".into(),
             kind: "ManagedClusterAddOn".into(),
             name: ADDON.into(),
             uid: "u1".into(),
             controller: Some(true),
             block_owner_deletion: Some(true),
-        };
-        let subject = registrations("c1", ADDON, AGENT).remove(0).subject;
-        let (role, binding) = hub_permission("c1", ADDON, &subject, owner).expect("renders");
-        assert_eq!(role.metadata.namespace.as_deref(), Some("c1"));
-        let resources: Vec<&str> = role
-            .rules
+        }
+    }
+
+    fn subjects(b: &RoleBinding) -> Vec<(String, String, Option<String>)> {
+        b.subjects
             .iter()
             .flatten()
-            .flat_map(|r| r.resources.iter().flatten())
-            .map(String::as_str)
-            .collect();
+            .map(|s| (s.kind.clone(), s.name.clone(), s.namespace.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn hub_permission_binds_the_agent_role_to_the_clusters_own_agent() {
+        let binding = hub_permission("c1", ADDON, AGENT, None, owner()).expect("the default");
+        assert_eq!(binding.metadata.namespace.as_deref(), Some("c1"));
         assert_eq!(
-            resources,
-            ["addonplacementscores", "addonplacementscores/status"]
+            (
+                binding.role_ref.kind.as_str(),
+                binding.role_ref.name.as_str()
+            ),
+            (
+                "ClusterRole",
+                "open-cluster-management:resource-usage-collect:agent-hub"
+            )
         );
-        let subjects: Vec<(&str, &str)> = binding
-            .subjects
-            .iter()
-            .flatten()
-            .map(|s| (s.kind.as_str(), s.name.as_str()))
-            .collect();
-        let user = default_user("c1", ADDON, AGENT);
-        let group = default_groups("c1", ADDON)[0].clone();
         assert_eq!(
-            subjects,
-            [("User", user.as_str()), ("Group", group.as_str())]
+            subjects(&binding),
+            [
+                ("User".into(), default_user("c1", ADDON, AGENT), None),
+                ("Group".into(), default_groups("c1", ADDON)[0].clone(), None)
+            ]
         );
-        assert!(role_matches(&role, &role));
-        let mut changed = role.clone();
-        changed.rules = None;
-        assert!(!role_matches(&changed, &role));
         assert!(binding_matches(&binding, &binding));
+        let mut other_role = binding.clone();
+        other_role.role_ref.kind = "Role".into();
+        assert!(!binding_matches(&other_role, &binding));
+
+        // The token driver: exactly the cluster's agent service account, as a ServiceAccount.
+        let token = |user: &str, groups: &[&str]| Subject {
+            user: user.into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            organization_units: Vec::new(),
+        };
+        let own = "system:serviceaccount:c1:c1-resource-usage-collect-agent";
+        let binding = hub_permission("c1", ADDON, AGENT, Some(&token(own, &[])), owner())
+            .expect("the agent's own service account");
+        assert_eq!(
+            subjects(&binding),
+            [(
+                "ServiceAccount".into(),
+                "c1-resource-usage-collect-agent".into(),
+                Some("c1".into())
+            )]
+        );
+    }
+
+    #[test]
+    fn a_spoke_written_subject_other_than_its_agent_is_refused() {
+        let own = "system:serviceaccount:c1:c1-resource-usage-collect-agent";
+        let want = || own.to_owned();
+        let user_err = |got: &str| {
+            Err(PermissionError::TokenUser {
+                got: got.into(),
+                want: want(),
+            })
+        };
+        let trailing = format!("{own} ");
+        let yaml = format!(
+            "{own}\n- apiGroup: rbac.authorization.k8s.io\n  kind: Group\n  name: system:authenticated"
+        );
+        // (what, user, groups, the result)
+        type Case<'a> = (&'a str, &'a str, Vec<&'a str>, Result<(), PermissionError>);
+        let cases: Vec<Case<'_>> = vec![
+            ("a newline and YAML", yaml.as_str(), vec![], user_err(&yaml)),
+            (
+                "another cluster's agent",
+                "system:serviceaccount:c2:c2-resource-usage-collect-agent",
+                vec![],
+                user_err("system:serviceaccount:c2:c2-resource-usage-collect-agent"),
+            ),
+            (
+                "another cluster's certificate user",
+                "system:open-cluster-management:cluster:c2:addon:resource-usage-collect:agent:resource-usage-collect-agent",
+                vec![],
+                user_err(
+                    "system:open-cluster-management:cluster:c2:addon:resource-usage-collect:agent:resource-usage-collect-agent",
+                ),
+            ),
+            (
+                "another service account in the cluster namespace",
+                "system:serviceaccount:c1:default",
+                vec![],
+                user_err("system:serviceaccount:c1:default"),
+            ),
+            (
+                "a group-like user",
+                "system:authenticated",
+                vec![],
+                user_err("system:authenticated"),
+            ),
+            (
+                "trailing space",
+                trailing.as_str(),
+                vec![],
+                user_err(&trailing),
+            ),
+            (
+                "the right user with a wildcard group",
+                own,
+                vec!["system:authenticated"],
+                Err(PermissionError::TokenGroups("system:authenticated".into())),
+            ),
+            (
+                "the right user with a service-accounts group",
+                own,
+                vec!["system:serviceaccounts"],
+                Err(PermissionError::TokenGroups(
+                    "system:serviceaccounts".into(),
+                )),
+            ),
+        ];
+        for (name, user, groups, want) in cases {
+            let s = Subject {
+                user: user.into(),
+                groups: groups.into_iter().map(str::to_owned).collect(),
+                organization_units: Vec::new(),
+            };
+            let got = hub_permission("c1", ADDON, AGENT, Some(&s), owner()).map(drop);
+            assert_eq!(got, want, "{name}");
+        }
+        let mut ou = Subject {
+            user: own.into(),
+            ..Subject::default()
+        };
+        ou.organization_units = vec!["x".into()];
+        assert!(hub_permission("c1", ADDON, AGENT, Some(&ou), owner()).is_err());
+
+        // The message escapes and shortens what the spoke wrote.
+        let long = format!("{}\nkind: Group", "a".repeat(300));
+        let msg = hub_permission(
+            "c1",
+            ADDON,
+            AGENT,
+            Some(&Subject {
+                user: long,
+                ..Subject::default()
+            }),
+            owner(),
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(!msg.contains('\n'), "{msg}");
+        assert!(msg.len() < 300, "{msg}");
     }
 }
