@@ -7,6 +7,7 @@ pub mod report;
 
 use jiff::Timestamp;
 
+use crate::core::snapshot::MaxScoreValidity;
 use crate::core::{self, Outcome};
 pub use input::{InputError, Objects, Source};
 
@@ -18,8 +19,18 @@ pub struct Simulated {
 
 /// Schedules every Placement of `objects` (optionally only `only`, as `ns/name`) at `now`.
 /// Placements are scheduled independently against the same input.
-pub fn run(objects: &Objects, now: Timestamp, only: &[String]) -> Vec<Simulated> {
-    let snapshot = objects.snapshot();
+///
+/// `max_score_validity` is the controller's bound on `validUntil`. Files carry no time at
+/// which the scheduler observed a score, so the bound counts from `now`: it never ends a
+/// score at the simulated instant, and a `validUntil` beyond it is noted in the report.
+pub fn run(
+    objects: &Objects,
+    now: Timestamp,
+    only: &[String],
+    max_score_validity: MaxScoreValidity,
+) -> Vec<Simulated> {
+    let mut snapshot = objects.snapshot();
+    snapshot.set_max_score_validity(max_score_validity);
     objects
         .placements
         .iter()
