@@ -15,7 +15,6 @@ set -euo pipefail
 
 cache=${OCM_PLACEMENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ocm-placement}/faketime
 pkg=${OCM_FAKETIME_PACKAGE:-libfaketime}
-lib=usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1
 log() { echo "$*" >&2; }
 die() { echo "tests/faketime/build.sh: $*" >&2; exit 1; }
 mkdir -p "$cache"
@@ -51,7 +50,6 @@ if [ -z "${OCM_FAKETIME_REFRESH:-}" ]; then
   done
 fi
 
-[ "$(uname -m)" = x86_64 ] || die "only x86_64 is wired up (the library's path in the package is per architecture)"
 command -v apt-get >/dev/null || die "apt-get is required to download Debian's libfaketime package (a Debian or Ubuntu machine)"
 command -v dpkg-deb >/dev/null || die "dpkg-deb is required to unpack Debian's libfaketime package"
 
@@ -91,12 +89,14 @@ fi
 debs=("$work"/*.deb)
 [ -f "${debs[0]}" ] || die "apt-get download $pkg left no .deb in $work"
 ver=$(dpkg-deb -f "${debs[0]}" Version)
-dpkg-deb --fsys-tarfile "${debs[0]}" | tar -x -C "$work" "./$lib" \
-  || die "no $lib in $(basename "${debs[0]}")"
+# The library sits under the architecture's multiarch folder (usr/lib/x86_64-linux-gnu/...).
+dpkg-deb --fsys-tarfile "${debs[0]}" | tar -x -C "$work" --wildcards './usr/lib/*/faketime/libfaketimeMT.so.1' \
+  || die "no libfaketimeMT.so.1 in $(basename "${debs[0]}")"
+libs=("$work"/usr/lib/*/faketime/libfaketimeMT.so.1)
 
 dest="$cache/$ver/libfaketimeMT.so.1"
 mkdir -p "$(dirname "$dest")"
-install -m 0644 "$work/$lib" "$dest.tmp.$$"
+install -m 0644 "${libs[0]}" "$dest.tmp.$$"
 works "$dest.tmp.$$" || { rm -f "$dest.tmp.$$"; die "libfaketime $ver does not move the clock of date(1)"; }
 mv -f "$dest.tmp.$$" "$dest"
 log "installed libfaketime $ver -> $dest"
