@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (the README's, and what .ci/run calls). On a fresh machine it
-# builds what the tests need (kube-apiserver and etcd from Go modules, the upstream OCM CRDs)
-# into the versioned cache, then checks formatting and lints, then runs every test.
+# builds what the tests need (kube-apiserver and etcd from Go modules, the upstream OCM CRDs,
+# Debian's prometheus and libfaketime, helm) into the versioned cache, then checks formatting
+# and lints, then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,8 @@ tests/prometheus/build.sh
 echo "prometheus ready after $((SECONDS - start))s"
 tests/helm/build.sh
 echo "helm ready after $((SECONDS - start))s"
+tests/faketime/build.sh
+echo "libfaketime ready after $((SECONDS - start))s"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -1,5 +1,7 @@
 //! The framework's Prometheus metrics (prefix `score_provider_`).
 
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -36,6 +38,9 @@ pub struct Metrics {
     pub last_success: Gauge,
     /// 1 while writes wait for the hub (backing off), else 0.
     pub hub_backoff: Gauge,
+    /// The hub's clock minus the local one, as the hub's last response showed (scores are
+    /// timed by the hub's clock).
+    pub hub_clock_offset: Gauge<f64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -52,6 +57,7 @@ impl Default for Metrics {
             lease_renewals: Family::default(),
             last_success: Gauge::default(),
             hub_backoff: Gauge::default(),
+            hub_clock_offset: Gauge::default(),
         }
     }
 }
@@ -99,6 +105,12 @@ impl Metrics {
             "hub_backoff",
             "1 while writes wait for the hub to come back",
             self.hub_backoff.clone(),
+        );
+        r.register_with_unit(
+            "hub_clock_offset",
+            "The hub's clock minus the local clock, from the Date of the hub's last response",
+            Unit::Seconds,
+            self.hub_clock_offset.clone(),
         );
     }
 }

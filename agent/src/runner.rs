@@ -197,13 +197,13 @@ impl<P: ScoreProvider> Runner<P> {
             return;
         }
         let client = self.hub.client();
-        let writes = writer.write_all(
-            &client,
-            &computed,
-            jiff::Timestamp::now(),
-            self.settings.write_concurrency,
-        );
-        let results = match tokio::time::timeout(self.settings.write_timeout, writes).await {
+        let clock = self.hub.clock().clone();
+        let writes = writer.write_all(&client, &computed, &clock, self.settings.write_concurrency);
+        let results = tokio::time::timeout(self.settings.write_timeout, writes).await;
+        if let Some(offset) = clock.offset() {
+            self.metrics.hub_clock_offset.set(offset.as_secs_f64());
+        }
+        let results = match results {
             Ok(results) => results,
             Err(_) => {
                 // What the writer knew of the unfinished clusters is gone: it reads them again.

@@ -3,6 +3,12 @@
 //! status: upstream's agent shows no scores until its next sync); set `validUntil` and the
 //! `AddOnPlacementScoreUpdated` condition; write only when the scores moved (by the
 //! hysteresis or more), the condition changed, or `validUntil` is due for renewal.
+//!
+//! Times (`validUntil`, the condition's `lastTransitionTime`) are the hub's ([`HubClock`]): the
+//! scheduler reads them against its own clock. Each status patch carries the
+//! `resourceVersion` it was decided on, so a writer that is behind (a second replica, a
+//! deposed one) cannot overwrite a newer status: on a conflict it reads the object and
+//! decides once more.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,6 +23,7 @@ use thiserror::Error;
 
 use futures::StreamExt;
 
+use crate::hub::HubClock;
 use crate::provider::{Computed, Outcome, Scores};
 
 /// How the writer writes.
@@ -84,6 +91,9 @@ struct Known {
     valid_until: Option<jiff::Timestamp>,
     conditions: Vec<Condition>,
     generation: Option<i64>,
+    /// The object's version these values were read or written at: the precondition of the
+    /// next patch.
+    resource_version: Option<String>,
 }
 
 /// The writer and what it knows of each cluster's object.
@@ -106,13 +116,13 @@ impl ScoreWriter {
         self.known.clear();
     }
 
-    /// Writes every cluster of `computed`, `concurrency` at a time, and returns each result
-    /// in cluster order.
+    /// Writes every cluster of `computed`, `concurrency` at a time, timed by `clock`, and
+    /// returns each result in cluster order.
     pub async fn write_all(
         &mut self,
         client: &kube::Client,
         computed: &Computed,
-        now: jiff::Timestamp,
+        clock: &HubClock,
         concurrency: usize,
     ) -> Vec<(String, Result<Written, WriteError>)> {
         // Owned inputs per job: futures borrowing from a closure's arguments are not `Send`
@@ -126,7 +136,7 @@ impl ScoreWriter {
                     cluster.to_owned(),
                     self.known.remove(cluster),
                     outcome.clone(),
-                    now,
+                    clock.clone(),
                 )
             })
             .collect();
@@ -153,9 +163,9 @@ async fn write_owned(
     cluster: String,
     known: Option<Known>,
     outcome: Outcome,
-    now: jiff::Timestamp,
+    clock: HubClock,
 ) -> (String, Option<Known>, Result<Written, WriteError>) {
-    let (known, result) = write_one(&settings, &client, &cluster, known, &outcome, now).await;
+    let (known, result) = write_one(&settings, &client, &cluster, known, &outcome, &clock).await;
     (cluster, known, result)
 }
 
@@ -167,11 +177,16 @@ async fn write_one(
     cluster: &str,
     mut known: Option<Known>,
     outcome: &Outcome,
-    now: jiff::Timestamp,
+    clock: &HubClock,
 ) -> (Option<Known>, Result<Written, WriteError>) {
     let api: Api<AddOnPlacementScore> = Api::namespaced(client.clone(), cluster);
     let mut created = false;
-    // Two rounds at most: an object deleted under us is created again once.
+    if !clock.synced() {
+        // No hub time yet: the read brings it (a response's `Date`) before anything is timed.
+        known = None;
+    }
+    // Two rounds at most: an object deleted under us is created again once, and a status
+    // changed under us (409) is read and decided on once more.
     for _ in 0..2 {
         let current = match known.take() {
             Some(k) => k,
@@ -183,7 +198,7 @@ async fn write_one(
                 Err(e) => return (None, Err(e)),
             },
         };
-        let Some((patch, next)) = plan(settings, &current, outcome, now) else {
+        let Some((mut patch, next)) = plan(settings, &current, outcome, clock.now()) else {
             let written = if created {
                 Written::Created
             } else {
@@ -191,6 +206,9 @@ async fn write_one(
             };
             return (Some(current), Ok(written));
         };
+        if let Some(rv) = &current.resource_version {
+            patch["metadata"] = json!({ "resourceVersion": rv });
+        }
         let params = PatchParams::apply(&settings.manager);
         match api
             .patch_status(&settings.score_name, &params, &Patch::Merge(&patch))
@@ -199,6 +217,7 @@ async fn write_one(
             Ok(obj) => {
                 let mut next = next;
                 next.generation = obj.metadata.generation;
+                next.resource_version = obj.metadata.resource_version;
                 let written = if created {
                     Written::Created
                 } else {
@@ -207,15 +226,21 @@ async fn write_one(
                 return (Some(next), Ok(written));
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::debug!(
+                    cluster,
+                    "the status changed since it was read; reading it again"
+                );
+            }
             // The object may have moved on meanwhile: read it again next time.
             Err(e) => return (None, Err(WriteError::from_kube(e))),
         }
     }
     let gone = kube::core::Status::failure(
-        "the AddOnPlacementScore was deleted twice while being written",
-        "NotFound",
+        "the AddOnPlacementScore was deleted or changed by another writer twice while being written",
+        "Conflict",
     )
-    .with_code(404)
+    .with_code(409)
     .boxed();
     (None, Err(WriteError::Refused(kube::Error::Api(gone))))
 }
@@ -346,6 +371,7 @@ fn known_from(obj: &AddOnPlacementScore) -> Known {
         valid_until: status.valid_until.map(|t| t.0),
         conditions: status.conditions,
         generation: obj.metadata.generation,
+        resource_version: obj.metadata.resource_version.clone(),
     }
 }
 

@@ -546,3 +546,142 @@ fn bad_flags_and_a_broken_kubeconfig_are_clear_errors() {
     assert!(err.contains("--score-ttl"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 15, item 4: the agent's clock is 10 minutes off (libfaketime moves the real binary's
+/// wall clock; the apiserver's is right), behind and ahead. `validUntil` and the condition's
+/// transition time are the hub's time: the score is valid for about the TTL by the hub's
+/// clock, the scheduling core counts it, and the agent exports and logs the offset. Timed by
+/// the local clock, the score written 10 minutes behind would already have expired, and the
+/// one 10 minutes ahead would outlive a dead agent by 10 minutes.
+#[tokio::test]
+async fn a_skewed_agent_clock_still_keeps_its_score_valid() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("admin");
+    let lib = libfaketime();
+    let lib = lib.to_str().expect("a UTF-8 path");
+    // (skew, the hub's clock minus the agent's)
+    for (skew, offset) in [("-10m", 600.0), ("+10m", -600.0)] {
+        let setup = Setup::new(cp, cp, "skew").await;
+        create_node(
+            &admin,
+            &node(&setup, "n1", &[("cpu", "8"), ("memory", "32Gi")], false),
+        )
+        .await;
+        let port = free_port();
+        let mut args = setup.run_args(port);
+        args.extend(["--cpu-range=0:20".into(), "--memory-range=0:128Gi".into()]);
+        let env = [
+            ("LD_PRELOAD", lib),
+            ("FAKETIME", skew),
+            // Timers and intervals run on the real monotonic clock.
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ];
+        let agent = Agent::spawn_with_env(&args, &env, &setup.dir.join("agent.log"), port);
+
+        // free 8 of 0:20 CPU -> 200 * 8 / 20 - 100 = -20.
+        let status = eventually("the scores", DEADLINE, || async {
+            let s = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?;
+            (scores_of(&s).get("cpuAvailable") == Some(&-20)).then_some(s)
+        })
+        .await;
+        let now = jiff::Timestamp::now();
+        let until = status.valid_until.clone().expect("validUntil").0;
+        let left = until.duration_since(now);
+        // TTL 6 s, written less than a refresh period (2 s) ago, to the second.
+        assert!(
+            left > jiff::SignedDuration::ZERO && left <= jiff::SignedDuration::from_secs(8),
+            "skew {skew}: validUntil {until} is {left:#} from the hub's now {now}"
+        );
+        assert_eq!(
+            scheduler_addon_score(&setup.cluster, &status, now),
+            -20,
+            "skew {skew}: the scheduler counts the score"
+        );
+        let transition = status
+            .conditions
+            .first()
+            .expect("a condition")
+            .last_transition_time
+            .0;
+        assert!(
+            transition.duration_since(now).abs() < jiff::SignedDuration::from_secs(60),
+            "skew {skew}: lastTransitionTime {transition} is the hub's time, now {now}"
+        );
+        let measured = eventually("the clock offset metric", DEADLINE, || async {
+            agent
+                .metric("score_provider_hub_clock_offset_seconds")
+                .await
+        })
+        .await;
+        assert!(
+            (measured - offset).abs() < 5.0,
+            "skew {skew}: offset {measured} s, want about {offset}"
+        );
+        assert!(
+            agent
+                .log_text()
+                .contains("the local clock differs from the hub's"),
+            "skew {skew}: the offset is logged"
+        );
+        eprintln!("skew {skew}: offset measured {measured} s, validUntil {left:#} ahead");
+    }
+}
+
+/// Issue 15, item 5 for the framework's writer (the hub scorer writes through it too): each
+/// status patch carries the `resourceVersion` it was decided on. Another writer changes the
+/// status after our read (here it adds a condition); our next write must not overwrite that
+/// newer status with one built on the old read: it conflicts, reads again and decides again,
+/// so the other writer's condition survives. Written as the agent's own hub identity.
+#[tokio::test]
+async fn a_write_decided_on_a_stale_read_does_not_overwrite_a_newer_status() {
+    use score_provider::hub::HubClock;
+    use score_provider::{Computed, ScoreWriter, Scores, WriteSettings};
+
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("admin");
+    let setup = Setup::new(cp, cp, "stale").await;
+    let (user, groups) = setup.hub_identity();
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let agent = cp.client_as(&user, &groups).expect("agent client");
+    let mut writer = ScoreWriter::new(WriteSettings {
+        score_name: RESOURCE_USAGE_SCORE.into(),
+        ttl: Duration::from_secs(180),
+        period: Duration::from_secs(60),
+        hysteresis: 0,
+        manager: "stale-test".into(),
+    });
+    let clock = HubClock::local();
+    let computed =
+        |v: i32| Computed::single(&setup.cluster, [("cpu", v)].into_iter().collect::<Scores>());
+    let results = writer.write_all(&agent, &computed(10), &clock, 1).await;
+    assert!(results[0].1.is_ok(), "{results:?}");
+
+    // Another writer, after our read.
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).expect("now");
+    let other = json!({ "status": { "conditions": [
+        { "type": "AddOnPlacementScoreUpdated", "status": "True", "reason": "AddOnPlacementScoreUpdated",
+          "message": "Placement scores are updated", "lastTransitionTime": now.to_string() },
+        { "type": "OtherWriter", "status": "True", "reason": "Newer", "message": "written after the agent's read",
+          "lastTransitionTime": now.to_string() },
+    ]}});
+    Api::<ocm_api::AddOnPlacementScore>::namespaced(admin.clone(), &setup.cluster)
+        .patch_status(
+            RESOURCE_USAGE_SCORE,
+            &PatchParams::default(),
+            &Patch::Merge(&other),
+        )
+        .await
+        .expect("the other writer's patch");
+
+    let results = writer.write_all(&agent, &computed(20), &clock, 1).await;
+    assert!(results[0].1.is_ok(), "{results:?}");
+    let status = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE)
+        .await
+        .expect("status");
+    assert_eq!(scores_of(&status), expected(&[("cpu", 20)]));
+    let types: Vec<&str> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert!(
+        types.contains(&"OtherWriter"),
+        "the newer status was overwritten: {types:?}"
+    );
+}

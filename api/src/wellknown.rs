@@ -180,6 +180,9 @@ pub mod placement_event {
     pub const DECISION_DELETED: &str = "DecisionDeleted";
     pub const SCORE_UPDATE: &str = "ScoreUpdate";
     pub const SCORE_UPDATED: &str = "ScoreUpdated";
+    /// Ours, not upstream's: a score's `validUntil` lay beyond the scheduler's validity bound.
+    pub const SCORE_VALIDITY_CAPPED: &str = "ScoreValidityCapped";
+    pub const SCORE_VALIDITY_CAPPED_ACTION: &str = "ScoreValidityCap";
 }
 
 /// Limits the scheduler keeps.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use futures::FutureExt;
 use placement_scheduler::controller::{self, Handle, Leader, Options};
+use placement_scheduler::core::snapshot::MaxScoreValidity;
 use placement_scheduler::simulate::{self, Objects, report};
 
 /// The OCM placement scheduler.
@@ -51,6 +52,25 @@ struct SimulateArgs {
     /// Only these placements (`namespace/name`), repeatable.
     #[arg(long = "placement")]
     placements: Vec<String>,
+    #[command(flatten)]
+    validity: ValidityArgs,
+}
+
+/// The bound on score validity, shared by `simulate` and `controller`.
+#[derive(clap::Args)]
+struct ValidityArgs {
+    /// A score counts for at most this long after the scheduler saw it written, whatever its
+    /// `validUntil` says (a far-future or missing one included: upstream keeps those
+    /// forever); a Warning event `ScoreValidityCapped` names such scores. 0 turns the bound
+    /// off. `simulate` has no write times and counts from --now.
+    #[arg(long, env = "MAX_SCORE_VALIDITY", default_value = "10m", value_parser = ocm_runtime::leader::parse_duration)]
+    max_score_validity: Duration,
+}
+
+impl ValidityArgs {
+    fn bound(&self) -> MaxScoreValidity {
+        MaxScoreValidity::from_duration(self.max_score_validity)
+    }
 }
 
 #[derive(clap::Args)]
@@ -77,6 +97,8 @@ struct ControllerArgs {
     /// each other).
     #[arg(long, env = "BALANCE_DELAY", default_value = "5m", value_parser = ocm_runtime::leader::parse_duration)]
     balance_delay: Duration,
+    #[command(flatten)]
+    validity: ValidityArgs,
     /// Only schedule Placements in these namespaces (comma separated; default all).
     #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
@@ -131,7 +153,7 @@ fn simulate_cmd(args: SimulateArgs) -> Result<String, Box<dyn std::error::Error>
         }
     }
     let now = args.now.unwrap_or_else(jiff::Timestamp::now);
-    let results = simulate::run(&objects, now, &args.placements);
+    let results = simulate::run(&objects, now, &args.placements, args.validity.bound());
     Ok(match args.output {
         Output::Text => report::text(&results),
         Output::Json => format!("{:#}\n", report::objects(&results)),
@@ -152,6 +174,11 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
         l.register(&mut registry);
     }
     let handle = Handle::new(&mut registry);
+    handle
+        .state
+        .write()
+        .snapshot
+        .set_max_score_validity(args.validity.bound());
     let registry = Arc::new(registry);
     let health = ocm_runtime::Health::new();
     let metrics_listener = args.serve.bind().await?;

@@ -879,3 +879,123 @@ async fn events_follow_the_writes() {
         Some("p-decision-1")
     );
 }
+
+/// Issue 15, item 4: a managed cluster's agent writes its score with `validUntil` ten years
+/// ahead, as its own hub identity (the shipped agent Role: get/create scores, patch their
+/// status, in its cluster namespace). Upstream would keep that score forever after the agent
+/// stops; here it counts for `--max-score-validity` after the scheduler saw it written, and the
+/// placement gets one `ScoreValidityCapped` Warning naming the cluster and the score.
+#[tokio::test]
+async fn a_far_future_valid_until_stops_counting_at_the_bound() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::PostParams;
+    use ocm_api::AddOnPlacementScore;
+    use placement_scheduler::core::snapshot::MaxScoreValidity;
+
+    let hub = Hub::new("pl-validity").await;
+    hub.controller
+        .as_ref()
+        .unwrap()
+        .handle
+        .state
+        .write()
+        .snapshot
+        .set_max_score_validity(MaxScoreValidity(Some(jiff::SignedDuration::from_secs(5))));
+    let names = hub.clusters(&["c0", "c1"], json!({})).await;
+    let victim = &names[1];
+    // The agent's hub identity and permission, as addon-manifests/hub/role.yaml grants them.
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(hub.client.clone());
+    ns_api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": victim}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let agent_user =
+        format!("system:open-cluster-management:cluster:{victim}:addon:demo:agent:demo-agent");
+    let rbac = format!(
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: demo-agent, namespace: {victim}}}
+rules:
+- apiGroups: ["cluster.open-cluster-management.io"]
+  resources: ["addonplacementscores"]
+  verbs: ["get", "create"]
+- apiGroups: ["cluster.open-cluster-management.io"]
+  resources: ["addonplacementscores/status"]
+  verbs: ["patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: demo-agent, namespace: {victim}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: demo-agent}}
+subjects:
+- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: "{agent_user}"}}
+"#
+    );
+    testenv::apply_yaml(&hub.client, &rbac, victim)
+        .await
+        .unwrap();
+    let agent = testenv::shared()
+        .await
+        .client_as(&agent_user, &["system:authenticated"])
+        .unwrap();
+    let scores: Api<AddOnPlacementScore> = Api::namespaced(agent, victim);
+    // Whole seconds, as the API stores times.
+    let far = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 10 * 365 * 86_400)
+        .unwrap();
+    // RBAC may take a moment to reach the authorizer's cache.
+    eventually("the agent to create its score", || async {
+        let obj =
+            serde_json::from_value(json!({"metadata": {"name": "demo"}, "spec": {}})).unwrap();
+        scores.create(&PostParams::default(), &obj).await.ok()
+    })
+    .await;
+    scores
+        .patch_status(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {
+                "scores": [{"name": "demo", "value": 100}],
+                "validUntil": far.to_string(),
+            }})),
+        )
+        .await
+        .unwrap();
+
+    hub.placement("p", json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1}]}})).await;
+    // The score counts while it is fresh (c1: 100, c0: 0)...
+    hub.expect("p", &["c1"]).await;
+    // ...and stops at the bound: a tie at 0, and c0 wins by name.
+    hub.expect("p", &["c0"]).await;
+
+    let events: Api<Event> = Api::namespaced(hub.client.clone(), &hub.ns);
+    let capped = eventually("the ScoreValidityCapped event", || async {
+        let items = events.list(&Default::default()).await.ok()?.items;
+        let capped: Vec<Event> = items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("ScoreValidityCapped"))
+            .collect();
+        (!capped.is_empty()).then_some(capped)
+    })
+    .await;
+    assert_eq!(
+        capped.len(),
+        1,
+        "once per change, not every pass: {capped:?}"
+    );
+    let e = &capped[0];
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("p")
+    );
+    let note = e.note.clone().unwrap_or_default();
+    assert!(
+        note.contains(&format!("{victim}/demo (validUntil {far}")),
+        "{note}"
+    );
+}

@@ -114,6 +114,7 @@ fn outcome(
         unscheduled: 0,
         status: Status::success(),
         notes: Vec::new(),
+        validity_capped: Vec::new(),
         groups: Vec::new(),
         decisions: Vec::new(),
         writes: Vec::new(),

@@ -232,10 +232,21 @@ pub struct Agent {
 
 impl Agent {
     pub fn spawn(args: &[String], log: &Path, metrics_port: u16) -> Agent {
+        Self::spawn_with_env(args, &[], log, metrics_port)
+    }
+
+    /// [`Agent::spawn`] with extra environment variables.
+    pub fn spawn_with_env(
+        args: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+        metrics_port: u16,
+    ) -> Agent {
         let out = std::fs::File::create(log).expect("agent log");
         let err = out.try_clone().expect("agent log");
         let child = Command::new(env!("CARGO_BIN_EXE_resource-usage-agent"))
             .args(args)
+            .envs(env.iter().copied())
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
             .stdout(out)
@@ -414,4 +425,32 @@ pub fn scores_of(status: &AddOnPlacementScoreStatus) -> BTreeMap<String, i32> {
         .iter()
         .map(|i| (i.name.clone(), i.value))
         .collect()
+}
+
+/// The libfaketime preload library: `$OCM_LIBFAKETIME`, else the one `tests/faketime/build.sh`
+/// recorded in `<cache root>/faketime/current`.
+pub fn libfaketime() -> PathBuf {
+    if let Some(p) = std::env::var_os("OCM_LIBFAKETIME") {
+        return PathBuf::from(p);
+    }
+    let control_plane = testenv::paths::cache_root();
+    let current = control_plane
+        .parent()
+        .unwrap_or(&control_plane)
+        .join("faketime")
+        .join("current");
+    let text = std::fs::read_to_string(&current).unwrap_or_else(|e| {
+        panic!(
+            "no libfaketime ({}: {e}); run tests/faketime/build.sh (tests/run.sh does)",
+            current.display()
+        )
+    });
+    let path = PathBuf::from(text.trim_end());
+    assert!(
+        path.is_file(),
+        "{} names {}, which is no file; run tests/faketime/build.sh",
+        current.display(),
+        path.display()
+    );
+    path
 }

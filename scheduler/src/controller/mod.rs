@@ -547,6 +547,7 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     }
     match written {
         Ok(again) => {
+            warn_capped_validity(ctx, key, &placement, &outcome).await;
             ctx.enqueue(again);
             ctx.queue.forget(key);
             ctx.handle
@@ -578,6 +579,39 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
             tracing::warn!(namespace = key.0, name = key.1, error = %e, "writing the decisions failed; retrying with backoff");
             ctx.queue.add_rate_limited(key.clone());
         }
+    }
+}
+
+/// The `ScoreValidityCapped` Warning, when the placement's capped scores changed since the
+/// last one (a placement that keeps using a capped score is not warned at every pass).
+async fn warn_capped_validity(
+    ctx: &Ctx,
+    key: &Key,
+    placement: &Placement,
+    outcome: &core::Outcome,
+) {
+    let changed = {
+        let mut st = ctx.handle.state.write();
+        let last = st.validity_warned.get(key).map_or(&[][..], Vec::as_slice);
+        if last == outcome.validity_capped.as_slice() {
+            false
+        } else if outcome.validity_capped.is_empty() {
+            st.validity_warned.remove(key);
+            false
+        } else {
+            st.validity_warned
+                .insert(key.clone(), outcome.validity_capped.clone());
+            true
+        }
+    };
+    if changed && let Some(event) = core::plan::validity_capped_event(&outcome.validity_capped) {
+        tracing::warn!(
+            namespace = key.0,
+            name = key.1,
+            note = event.note,
+            "scores valid beyond the bound"
+        );
+        ctx.writer.emit(placement, &[event]).await;
     }
 }
 

@@ -1,7 +1,7 @@
 //! The controller's in-memory view of the hub: the scheduling snapshot, the Placements, and
 //! the index of what each Placement reads. Watches write it; workers read it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ocm_api::{
@@ -10,8 +10,8 @@ use ocm_api::{
 };
 
 use super::triggers::{Index, Key, key_of};
-use crate::core::Snapshot;
 use crate::core::snapshot::decision_entries;
+use crate::core::{CappedScore, Snapshot};
 
 #[derive(Default)]
 pub struct State {
@@ -23,6 +23,9 @@ pub struct State {
     /// set of keys: with 10,000 Balance users, copying them on every decision event was the
     /// controller's main cost.
     pub balance_dirty: bool,
+    /// The capped scores each placement was last warned about (`ScoreValidityCapped`): the
+    /// event goes out when the list changes, not at every pass.
+    pub validity_warned: HashMap<Key, Vec<CappedScore>>,
 }
 
 /// Shared between the watches (writers) and the workers (readers). Never held across an await.
@@ -138,6 +141,8 @@ impl State {
         self.index.using_set(ns, name).cloned().collect()
     }
 
+    /// Applies an AddOnPlacementScore observed now: a new status restarts its validity bound
+    /// (see `core::snapshot::MaxScoreValidity`), an unchanged one (a relist) does not.
     pub fn apply_score(&mut self, s: AddOnPlacementScore) -> BTreeSet<Key> {
         let ns = s.metadata.namespace.clone().unwrap_or_default();
         let name = s.metadata.name.clone().unwrap_or_default();
@@ -148,7 +153,8 @@ impl State {
         {
             return BTreeSet::new();
         }
-        self.snapshot.upsert_score(Arc::new(s));
+        self.snapshot
+            .upsert_score_observed(Arc::new(s), jiff::Timestamp::now());
         self.index.for_score(&name).cloned().collect()
     }
 
@@ -231,6 +237,7 @@ impl State {
 
     pub fn delete_placement(&mut self, key: &Key) -> BTreeSet<Key> {
         self.index.remove(key);
+        self.validity_warned.remove(key);
         self.placements.remove(key);
         BTreeSet::new()
     }

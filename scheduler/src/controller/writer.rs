@@ -24,7 +24,7 @@ use super::metrics::Metrics;
 use super::state::Shared;
 use super::triggers::Key;
 use crate::core::Outcome;
-use crate::core::plan::{EventType, PlannedWrite, Write};
+use crate::core::plan::{Event, EventType, PlannedWrite, Write};
 
 #[derive(Debug, Error)]
 pub enum WriteError {
@@ -153,7 +153,7 @@ impl Writer {
                     }
                 }
             }
-            self.emit(placement, pw).await;
+            self.emit(placement, &pw.events).await;
         }
         if placement.status.as_ref() != Some(&outcome.placement_status) {
             let what = format!("Placement {ns}/{}", outcome.name);
@@ -262,9 +262,10 @@ impl Writer {
         }
     }
 
-    /// Publishes a write's events (regarding the Placement, related to the decision). An
-    /// event that cannot be published is logged and counted; it never fails the write.
-    async fn emit(&self, placement: &Placement, pw: &PlannedWrite) {
+    /// Publishes events (regarding the Placement, related to their decision if they name
+    /// one). An event that cannot be published is logged and counted; it never fails the
+    /// write.
+    pub async fn emit(&self, placement: &Placement, to_emit: &[Event]) {
         // Written directly (events.k8s.io/v1), one object per event, as client-go's event
         // recorder does. kube-runtime's Recorder keeps every event of the last minutes in a
         // cache it scans on each publish, which costs O(events) CPU and memory per event at
@@ -272,15 +273,15 @@ impl Writer {
         let regarding: ObjectReference = placement.object_ref(&());
         let ns = placement.metadata.namespace.clone().unwrap_or_default();
         let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &ns);
-        for e in &pw.events {
+        for e in to_emit {
             let now = jiff::Timestamp::now();
-            let related = ObjectReference {
+            let related = (!e.decision.is_empty()).then(|| ObjectReference {
                 api_version: Some(PlacementDecision::api_version(&()).into_owned()),
                 kind: Some(PlacementDecision::kind(&()).into_owned()),
                 name: Some(e.decision.clone()),
                 namespace: Some(ns.clone()),
                 ..ObjectReference::default()
-            };
+            });
             let event = KubeEvent {
                 metadata: ObjectMeta {
                     name: Some(format!(
@@ -303,7 +304,7 @@ impl Writer {
                 action: Some(e.action.to_owned()),
                 note: Some(e.note.clone()),
                 regarding: Some(regarding.clone()),
-                related: Some(related),
+                related,
                 reporting_controller: Some(REPORTER.to_owned()),
                 reporting_instance: Some(self.instance.clone()),
                 ..KubeEvent::default()

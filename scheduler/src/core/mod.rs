@@ -28,6 +28,7 @@ use ocm_api::{ClusterDecision, Placement, PlacementDecision, PlacementStatus};
 pub use filter::{DropReason, FilterResult};
 pub use groups::Group;
 pub use plan::{Event, EventType, PlannedWrite, Write};
+pub use prioritize::addon::CappedScore;
 pub use select::SpreadReport;
 pub use snapshot::{ClusterInfo, Name, SetMembers, Snapshot};
 pub use status::{Code, Status};
@@ -71,6 +72,10 @@ pub struct Outcome {
     pub status: Status,
     /// Things the user should know that are not a status (clamped score values, ...).
     pub notes: Vec<String>,
+    /// Scores a prioritizer used whose `validUntil` lay beyond the validity bound (see
+    /// [`snapshot::MaxScoreValidity`]), sorted, once per cluster and score object. The
+    /// controller warns about them in the Placement's events.
+    pub validity_capped: Vec<CappedScore>,
     pub groups: Vec<Group>,
     /// The PlacementDecisions that should exist once the writes are done.
     pub decisions: Vec<PlacementDecision>,
@@ -132,6 +137,7 @@ struct Scheduled<'a> {
     selected: Vec<usize>,
     spread: Option<SpreadReport>,
     notes: Vec<String>,
+    validity_capped: Vec<CappedScore>,
     requeue_at: Option<Timestamp>,
 }
 
@@ -258,6 +264,19 @@ fn run<'a>(
                         w.name,
                         r.clamped.join(", ")
                     ));
+                }
+                for c in r.capped {
+                    out.notes.push(format!(
+                        "{}: validity capped ({} after it was observed): {c}",
+                        w.name,
+                        snapshot
+                            .max_score_validity()
+                            .0
+                            .map_or_else(String::new, |b| format!("{b:#}")),
+                    ));
+                    if let Err(at) = out.validity_capped.binary_search(&c) {
+                        out.validity_capped.insert(at, c);
+                    }
                 }
                 out.requeue_at = earliest(out.requeue_at, r.next_expiry);
                 r.scores
@@ -655,6 +674,7 @@ pub fn schedule_with(
         unscheduled,
         status,
         notes: s.notes,
+        validity_capped: s.validity_capped,
         groups,
         decisions,
         writes,

@@ -81,7 +81,8 @@ impl EventType {
     }
 }
 
-/// An event about the Placement, related to one PlacementDecision.
+/// An event about the Placement, related to one PlacementDecision (none when `decision` is
+/// empty).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     pub type_: EventType,
@@ -124,6 +125,32 @@ pub fn score_note<'a>(totals: impl Iterator<Item = (&'a str, i64)>) -> Option<St
         note.push_str(&piece);
     }
     any.then_some(note)
+}
+
+/// The `ScoreValidityCapped` Warning about `capped` (not related to a decision), `None` when
+/// nothing was capped. Its note lists each score as `<cluster>/<score> (validUntil <t>) counts
+/// until <t>`, cut before 1000 characters with `......` like the ScoreUpdate note.
+pub fn validity_capped_event(capped: &[super::CappedScore]) -> Option<Event> {
+    const MAX: usize = 1000;
+    if capped.is_empty() {
+        return None;
+    }
+    let mut note = String::from("validUntil beyond the scheduler's bound (--max-score-validity): ");
+    for (i, c) in capped.iter().enumerate() {
+        let piece = format!("{}{c}", if i == 0 { "" } else { "; " });
+        if note.len() + piece.len() > MAX {
+            note.push_str("......");
+            break;
+        }
+        note.push_str(&piece);
+    }
+    Some(Event {
+        type_: EventType::Warning,
+        reason: ev::SCORE_VALIDITY_CAPPED,
+        action: ev::SCORE_VALIDITY_CAPPED_ACTION,
+        note,
+        decision: String::new(),
+    })
 }
 
 /// The labels of a decision object of `group`.

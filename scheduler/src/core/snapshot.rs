@@ -9,6 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use jiff::{SignedDuration, Timestamp};
+
 use ocm_api::cluster::v1beta1::PlacementDecisionStatus;
 use ocm_api::selector::Selector;
 use ocm_api::wellknown::{label, selector_type};
@@ -121,6 +123,51 @@ pub struct ScoreEntry {
     /// Interned item names and their values, in the object's order.
     pub items: Vec<(u32, i32)>,
     pub valid_until: Option<jiff::Timestamp>,
+    /// When the controller saw this version of the object (`None`: from a file, or unknown).
+    pub observed_at: Option<Timestamp>,
+}
+
+/// The default of [`Snapshot::max_score_validity`].
+pub const DEFAULT_MAX_SCORE_VALIDITY: SignedDuration = SignedDuration::from_mins(10);
+
+/// How long after it was observed a score may stay valid, whatever its `validUntil` says
+/// (`None`: as long as `validUntil` says, upstream's behaviour).
+///
+/// `validUntil` is written by the score's provider, often a managed cluster the hub does not
+/// trust: a `validUntil` years ahead (or none, which upstream reads as "never expires") would
+/// freeze a score after its provider stopped. The bound counts from when the scheduler
+/// observed the object's current version, a time the provider cannot set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxScoreValidity(pub Option<SignedDuration>);
+
+impl MaxScoreValidity {
+    /// A flag's duration; zero turns the bound off (upstream's behaviour).
+    pub fn from_duration(d: std::time::Duration) -> Self {
+        if d.is_zero() {
+            Self(None)
+        } else {
+            Self(Some(
+                SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX),
+            ))
+        }
+    }
+}
+
+impl Default for MaxScoreValidity {
+    fn default() -> Self {
+        Self(Some(DEFAULT_MAX_SCORE_VALIDITY))
+    }
+}
+
+/// One cluster's cell of a [`ScoreColumn`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScoreCell {
+    /// The item's value (the last one with the name), `None` if absent.
+    pub value: Option<i32>,
+    /// The object's `validUntil`, as written.
+    pub valid_until: Option<Timestamp>,
+    /// See [`ScoreEntry::observed_at`].
+    pub observed_at: Option<Timestamp>,
 }
 
 /// A topology key's value for every cluster slot, as small integers (computed once per
@@ -140,9 +187,8 @@ impl Topology {
 /// One score item (`<resource>/<item>`) for every cluster slot.
 #[derive(Debug, Default)]
 pub struct ScoreColumn {
-    /// Per slot: `None` without a score object; else the item's value (the last one with the
-    /// name, `None` if absent) and the object's `validUntil`.
-    pub by_slot: Vec<Option<(Option<i32>, Option<jiff::Timestamp>)>>,
+    /// Per slot: `None` without a score object.
+    pub by_slot: Vec<Option<ScoreCell>>,
 }
 
 /// What a clusterset's membership resolves to.
@@ -169,6 +215,9 @@ pub struct Snapshot {
     bindings: BTreeMap<String, BTreeSet<String>>,
     /// cluster namespace -> score name -> score
     scores: HashMap<String, BTreeMap<String, Arc<AddOnPlacementScore>>>,
+    /// cluster namespace -> score name -> when the controller observed its current version
+    score_observed: HashMap<String, BTreeMap<String, Timestamp>>,
+    max_score_validity: MaxScoreValidity,
     /// namespace -> name -> decision
     decisions: BTreeMap<String, BTreeMap<String, Arc<PlacementDecision>>>,
     /// (namespace, placement label) -> decision names
@@ -252,9 +301,30 @@ impl Snapshot {
         }
     }
 
+    /// A score whose observation time is unknown (a file): the validity bound counts from
+    /// the scheduling time, see [`Snapshot::upsert_score_observed`].
     pub fn upsert_score(&mut self, score: Arc<AddOnPlacementScore>) {
+        self.upsert_score_at(score, None);
+    }
+
+    /// A score as the controller observed it at `observed_at` (this version of the object):
+    /// its validity ends at most [`Snapshot::max_score_validity`] later.
+    pub fn upsert_score_observed(
+        &mut self,
+        score: Arc<AddOnPlacementScore>,
+        observed_at: Timestamp,
+    ) {
+        self.upsert_score_at(score, Some(observed_at));
+    }
+
+    fn upsert_score_at(&mut self, score: Arc<AddOnPlacementScore>, observed_at: Option<Timestamp>) {
         let ns = score.metadata.namespace.clone().unwrap_or_default();
         let name = score.metadata.name.clone().unwrap_or_default();
+        let observed = self.score_observed.entry(ns.clone()).or_default();
+        match observed_at {
+            Some(at) => observed.insert(name.clone(), at),
+            None => observed.remove(&name),
+        };
         self.scores
             .entry(ns.clone())
             .or_default()
@@ -263,8 +333,25 @@ impl Snapshot {
         self.invalidate_columns();
     }
 
+    /// When the current version of a score was observed (`None`: unknown).
+    pub fn score_observed_at(&self, cluster: &str, name: &str) -> Option<Timestamp> {
+        self.score_observed.get(cluster)?.get(name).copied()
+    }
+
+    /// See [`MaxScoreValidity`]; the default is [`DEFAULT_MAX_SCORE_VALIDITY`].
+    pub fn set_max_score_validity(&mut self, bound: MaxScoreValidity) {
+        self.max_score_validity = bound;
+    }
+
+    pub fn max_score_validity(&self) -> MaxScoreValidity {
+        self.max_score_validity
+    }
+
     pub fn remove_score(&mut self, namespace: &str, name: &str) {
         if let Some(s) = self.scores.get_mut(namespace) {
+            s.remove(name);
+        }
+        if let Some(s) = self.score_observed.get_mut(namespace) {
             s.remove(name);
         }
         self.mirror_scores(namespace);
@@ -302,10 +389,17 @@ impl Snapshot {
             .get(cluster)
             .map(|s| s.values().cloned().collect())
             .unwrap_or_default();
+        let observed = self
+            .score_observed
+            .get(cluster)
+            .cloned()
+            .unwrap_or_default();
         objects
             .into_iter()
             .map(|object| {
-                let resource = self.intern(object.metadata.name.as_deref().unwrap_or_default());
+                let name = object.metadata.name.as_deref().unwrap_or_default();
+                let observed_at = observed.get(name).copied();
+                let resource = self.intern(name);
                 let status = object.status.clone().unwrap_or_default();
                 let items = status
                     .scores
@@ -316,6 +410,7 @@ impl Snapshot {
                     resource,
                     items,
                     valid_until: status.valid_until.map(|t| t.0),
+                    observed_at,
                     object,
                 }
             })
@@ -455,7 +550,11 @@ impl Snapshot {
                             .find(|(n, _)| *n == id)
                             .map(|(_, v)| *v)
                     });
-                    col.by_slot[c.slot] = Some((value, e.valid_until));
+                    col.by_slot[c.slot] = Some(ScoreCell {
+                        value,
+                        valid_until: e.valid_until,
+                        observed_at: e.observed_at,
+                    });
                 }
             }
         }

@@ -7,6 +7,7 @@ pub mod report;
 
 use jiff::Timestamp;
 
+use crate::core::snapshot::MaxScoreValidity;
 use crate::core::{self, Outcome};
 pub use input::{InputError, Objects, Source};
 
@@ -18,8 +19,18 @@ pub struct Simulated {
 
 /// Schedules every Placement of `objects` (optionally only `only`, as `ns/name`) at `now`.
 /// Placements are scheduled independently against the same input.
-pub fn run(objects: &Objects, now: Timestamp, only: &[String]) -> Vec<Simulated> {
-    let snapshot = objects.snapshot();
+///
+/// `max_score_validity` is the controller's bound on `validUntil`. Files carry no time at
+/// which the scheduler observed a score, so the bound counts from `now`: it never ends a
+/// score at the simulated instant, and a `validUntil` beyond it is noted in the report.
+pub fn run(
+    objects: &Objects,
+    now: Timestamp,
+    only: &[String],
+    max_score_validity: MaxScoreValidity,
+) -> Vec<Simulated> {
+    let mut snapshot = objects.snapshot();
+    snapshot.set_max_score_validity(max_score_validity);
     objects
         .placements
         .iter()
@@ -31,4 +42,69 @@ pub fn run(objects: &Objects, now: Timestamp, only: &[String]) -> Vec<Simulated>
             outcome: (!core::is_disabled(p)).then(|| core::schedule(&snapshot, p, now)),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INPUT: &str = r#"
+apiVersion: cluster.open-cluster-management.io/v1
+kind: ManagedCluster
+metadata: {name: a, labels: {cluster.open-cluster-management.io/clusterset: s}}
+spec: {hubAcceptsClient: true}
+---
+apiVersion: cluster.open-cluster-management.io/v1beta2
+kind: ManagedClusterSet
+metadata: {name: s}
+spec: {clusterSelector: {selectorType: ExclusiveClusterSetLabel}}
+---
+apiVersion: cluster.open-cluster-management.io/v1beta2
+kind: ManagedClusterSetBinding
+metadata: {name: s, namespace: ns}
+spec: {clusterSet: s}
+---
+apiVersion: cluster.open-cluster-management.io/v1alpha1
+kind: AddOnPlacementScore
+metadata: {name: r, namespace: a}
+status:
+  scores: [{name: s, value: 40}]
+  validUntil: "2036-01-01T00:00:00Z"
+---
+apiVersion: cluster.open-cluster-management.io/v1beta1
+kind: Placement
+metadata: {name: p, namespace: ns}
+spec:
+  prioritizerPolicy:
+    mode: Exact
+    configurations:
+    - {scoreCoordinate: {type: AddOn, addOn: {resourceName: r, scoreName: s}}, weight: 1}
+"#;
+
+    /// Files have no write time: the bound counts from `--now`, so the score still counts at
+    /// that instant, and the report says the controller would cap it.
+    #[test]
+    fn a_far_future_valid_until_is_noted_not_expired() {
+        let objects = Objects::load(&[Source {
+            name: "input.yaml".into(),
+            text: INPUT.into(),
+        }])
+        .expect("input");
+        let now: Timestamp = "2026-06-01T12:00:00Z".parse().expect("now");
+        let run_with = |bound| {
+            let results = run(&objects, now, &[], bound);
+            results[0].outcome.clone().expect("scheduled")
+        };
+        let o = run_with(MaxScoreValidity::default());
+        assert_eq!(o.prioritizers[0].scores, [Some(40)]);
+        assert_eq!(
+            o.notes,
+            [
+                "AddOn/r/s: validity capped (10m after it was observed): a/r (validUntil 2036-01-01T00:00:00Z) counts until 2026-06-01T12:10:00Z"
+            ]
+        );
+        let off = run_with(MaxScoreValidity(None));
+        assert_eq!(off.prioritizers[0].scores, [Some(40)]);
+        assert!(off.notes.is_empty(), "{:?}", off.notes);
+    }
 }

@@ -8,4 +8,5 @@ mod properties;
 mod scenarios;
 mod seeds;
 mod spread;
+mod validity;
 mod vectors;
