@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use ocm_runtime::client::RateLimiter;
 use ocm_runtime::metrics::{Health, OPENMETRICS_CONTENT_TYPE, serve_metrics};
+use ocm_runtime::tls::fingerprint;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, TcpStream};
@@ -154,8 +155,9 @@ fn replace_file(path: &std::path::Path, contents: &[u8]) {
     std::fs::rename(&next, path).unwrap();
 }
 
-/// The certificate a new TLS connection to `addr` is served, after a request on it succeeded.
-async fn served(addr: SocketAddr, trusted: &[&rcgen::CertifiedKey<rcgen::KeyPair>]) -> Vec<u8> {
+/// The fingerprint of the certificate a new TLS connection to `addr` is served, after a
+/// request on it succeeded.
+async fn served(addr: SocketAddr, trusted: &[&rcgen::CertifiedKey<rcgen::KeyPair>]) -> String {
     let mut roots = rustls::RootCertStore::empty();
     for c in trusted {
         roots.add(c.cert.der().clone()).unwrap();
@@ -172,7 +174,7 @@ async fn served(addr: SocketAddr, trusted: &[&rcgen::CertifiedKey<rcgen::KeyPair
         .connect(name, tcp)
         .await
         .unwrap();
-    let certificate = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    let certificate = fingerprint(&tls.get_ref().1.peer_certificates().unwrap()[0]);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .unwrap();
@@ -215,26 +217,26 @@ async fn the_serving_certificate_is_read_again_when_its_files_change() {
             let _ = stopped.await;
         },
     ));
-    assert_eq!(served(addr, &all).await, a.cert.der().to_vec());
+    assert_eq!(served(addr, &all).await, fingerprint(a.cert.der()));
 
     // Both files replaced.
     write(&b);
-    assert_eq!(served(addr, &all).await, b.cert.der().to_vec());
+    assert_eq!(served(addr, &all).await, fingerprint(b.cert.der()));
 
     // Half-written: C's certificate with B's key. B stays.
     replace_file(&cert, c.cert.pem().as_bytes());
-    assert_eq!(served(addr, &all).await, b.cert.der().to_vec());
+    assert_eq!(served(addr, &all).await, fingerprint(b.cert.der()));
     // Unparsable, then missing: B stays.
     replace_file(&cert, b"-----BEGIN CERTIFICATE-----\nnot base64\n");
-    assert_eq!(served(addr, &all).await, b.cert.der().to_vec());
+    assert_eq!(served(addr, &all).await, fingerprint(b.cert.der()));
     std::fs::remove_file(&cert).unwrap();
     std::fs::remove_file(&key).unwrap();
-    assert_eq!(served(addr, &all).await, b.cert.der().to_vec());
+    assert_eq!(served(addr, &all).await, fingerprint(b.cert.der()));
 
     // Rewritten in place (same inode) to C's pair: C.
     std::fs::write(&cert, c.cert.pem()).unwrap();
     std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
-    assert_eq!(served(addr, &all).await, c.cert.der().to_vec());
+    assert_eq!(served(addr, &all).await, fingerprint(c.cert.der()));
 
     stop.send(()).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
