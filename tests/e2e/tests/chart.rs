@@ -175,8 +175,8 @@ fn lints_renders_and_checks_its_values() {
 
     // The debug endpoint without a Secret: HTTPS with a self-signed certificate. Insecure:
     // plain HTTP on the pod's loopback, with no port or Service to reach it from outside.
-    let docs = render(&["--set", "scheduler.debug.enabled=true"]);
-    let scheduler = args_of(&docs, "placement-scheduler");
+    let self_signed = render(&["--set", "scheduler.debug.enabled=true"]);
+    let scheduler = args_of(&self_signed, "placement-scheduler");
     assert!(
         scheduler
             .iter()
@@ -188,19 +188,19 @@ fn lints_renders_and_checks_its_values() {
             .any(|x| x.starts_with("--tls-") || x.starts_with("--debug-insecure")),
         "{scheduler:?}"
     );
-    let docs = render(&[
+    let loopback = render(&[
         "--set",
         "scheduler.debug.enabled=true,scheduler.debug.insecure=true",
     ]);
-    let scheduler = args_of(&docs, "placement-scheduler");
+    let scheduler = args_of(&loopback, "placement-scheduler");
     for a in [
         "--debug-bind-address=127.0.0.1:9443",
         "--debug-insecure-loopback",
     ] {
         assert!(scheduler.iter().any(|x| x == a), "{a} in {scheduler:?}");
     }
-    assert!(!kinds(&docs).contains(&("Service".into(), "placement-scheduler-debug".into())));
-    let pod = &docs
+    assert!(!kinds(&loopback).contains(&("Service".into(), "placement-scheduler-debug".into())));
+    let pod = &loopback
         .iter()
         .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "placement-scheduler")
         .expect("Deployment placement-scheduler")["spec"]["template"]["spec"];
