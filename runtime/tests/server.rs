@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use ocm_runtime::client::RateLimiter;
 use ocm_runtime::metrics::{Health, OPENMETRICS_CONTENT_TYPE, serve_metrics};
+use ocm_runtime::tls::fingerprint;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, TcpStream};
@@ -143,5 +144,145 @@ async fn a_taken_address_is_a_clear_error() {
             args.metrics_bind_address
         )),
         "{e}"
+    );
+}
+
+/// Replaces `path` with `contents` in one step (write aside, rename), as a Secret volume or
+/// cert-manager does.
+fn replace_file(path: &std::path::Path, contents: &[u8]) {
+    let next = path.with_extension("next");
+    std::fs::write(&next, contents).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+/// The fingerprint of the certificate a new TLS connection to `addr` is served, after a
+/// request on it succeeded.
+async fn served(addr: SocketAddr, trusted: &[&rcgen::CertifiedKey<rcgen::KeyPair>]) -> String {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in trusted {
+        roots.add(c.cert.der().clone()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::IpAddress(addr.ip().into());
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let certificate = fingerprint(&tls.get_ref().1.peer_certificates().unwrap()[0]);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = Request::get("/")
+        .header(http::header::HOST, "127.0.0.1")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    certificate
+}
+
+/// The serving certificate follows its files: replaced or rewritten pairs reach new
+/// connections; a pair that cannot be used (certificate and key not matching while one is
+/// written before the other, an unparsable file, missing files) keeps the previous one.
+#[tokio::test]
+async fn the_serving_certificate_is_read_again_when_its_files_change() {
+    let dir = std::env::temp_dir().join(format!("runtime-tls-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let [a, b, c] =
+        [0; 3].map(|_| rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap());
+    let all = [&a, &b, &c];
+    let write = |pair: &rcgen::CertifiedKey<rcgen::KeyPair>| {
+        replace_file(&cert, pair.cert.pem().as_bytes());
+        replace_file(&key, pair.signing_key.serialize_pem().as_bytes());
+    };
+    write(&a);
+
+    let config = ocm_runtime::tls::server_config(&cert, &key).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(ocm_runtime::http::serve(
+        listener,
+        Some(config),
+        |_req| async { ocm_runtime::http::respond(StatusCode::OK, "text/plain", "ok") },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    assert_eq!(served(addr, &all).await, fingerprint(a.cert.der()));
+
+    // Both files replaced.
+    write(&b);
+    assert_eq!(served(addr, &all).await, fingerprint(b.cert.der()));
+
+    // Half-written: C's certificate with B's key. B stays.
+    replace_file(&cert, c.cert.pem().as_bytes());
+    assert_eq!(served(addr, &all).await, fingerprint(b.cert.der()));
+    // Unparsable, then missing: B stays.
+    replace_file(&cert, b"-----BEGIN CERTIFICATE-----\nnot base64\n");
+    assert_eq!(served(addr, &all).await, fingerprint(b.cert.der()));
+    std::fs::remove_file(&cert).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    assert_eq!(served(addr, &all).await, fingerprint(b.cert.der()));
+
+    // Rewritten in place (same inode) to C's pair: C.
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
+    assert_eq!(served(addr, &all).await, fingerprint(c.cert.der()));
+
+    stop.send(()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn unusable_files_are_clear_errors_at_start() {
+    let dir = std::env::temp_dir().join(format!("runtime-tls-start-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let a = rcgen::generate_simple_self_signed(vec!["a".to_owned()]).unwrap();
+    let b = rcgen::generate_simple_self_signed(vec!["b".to_owned()]).unwrap();
+    std::fs::write(&cert, a.cert.pem()).unwrap();
+    std::fs::write(&key, b.signing_key.serialize_pem()).unwrap();
+    let e = ocm_runtime::tls::server_config(&cert, &key)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not belong to the certificate"), "{e}");
+    let e = ocm_runtime::tls::server_config(&dir.join("none.crt"), &key)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("reading the TLS certificate"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_self_signed_certificate_names_the_host_and_loopback_and_logs_its_fingerprint() {
+    let names = ocm_runtime::tls::self_signed_names("10.1.2.3:9443".parse().unwrap());
+    for n in ["localhost", "127.0.0.1", "::1", "10.1.2.3"] {
+        assert!(names.iter().any(|x| x == n), "{n} in {names:?}");
+    }
+    let any = ocm_runtime::tls::self_signed_names("0.0.0.0:9443".parse().unwrap());
+    assert!(!any.iter().any(|x| x == "0.0.0.0"), "{any:?}");
+    let generated = ocm_runtime::tls::self_signed(&names).unwrap();
+    // openssl x509 -fingerprint -sha256's form: 32 upper-case hex pairs.
+    let f = &generated.fingerprint;
+    assert_eq!(f.len(), 32 * 3 - 1, "{f}");
+    assert!(f.split(':').all(|p| {
+        p.len() == 2
+            && p.chars()
+                .all(|c| c.is_ascii_digit() || ('A'..='F').contains(&c))
+    }));
+    assert_eq!(*f, ocm_runtime::tls::fingerprint(&generated.certificate));
+    // SHA-256 of nothing, as `openssl x509 -fingerprint -sha256` would print it.
+    assert_eq!(
+        ocm_runtime::tls::fingerprint(b""),
+        "E3:B0:C4:42:98:FC:1C:14:9A:FB:F4:C8:99:6F:B9:24:27:AE:41:E4:64:9B:93:4C:A4:95:99:1B:78:52:B8:55"
     );
 }

@@ -12,6 +12,10 @@
 //! in the placement's namespace. The server's own client needs `create` on `tokenreviews` and
 //! `subjectaccessreviews`.
 //!
+//! Because every request carries a token, [`serve`] speaks HTTPS ([`Transport::Tls`]), or
+//! plain HTTP only on a loopback listener ([`Transport::PlainLoopback`]); plain HTTP on any
+//! other address is refused before anything is served ([`ServeError`]).
+//!
 //! | answer | when |
 //! | --- | --- |
 //! | 200 | the [`DebugResult`] as JSON |
@@ -260,21 +264,48 @@ impl DebugError {
     }
 }
 
-/// Serves the endpoint on `listener` (TLS with `tls`) until `shutdown` completes. `client`
-/// makes the TokenReviews and SubjectAccessReviews; `source` has the placements and the state
-/// to schedule against.
-pub async fn serve(
+/// How the endpoint talks to its callers. Every request carries a bearer token, so plain HTTP
+/// is only served on a loopback listener, where nothing crosses the network (a caller on the
+/// host, or `kubectl port-forward`, which connects inside the pod).
+pub enum Transport {
+    /// HTTPS with this configuration ([`ocm_runtime::tls`]: files read again when they
+    /// change, or a self-signed certificate).
+    Tls(Arc<rustls::ServerConfig>),
+    /// Plain HTTP, on a loopback address only.
+    PlainLoopback,
+}
+
+/// Why the endpoint cannot be served.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error(
+        "the debug endpoint takes bearer tokens: plain HTTP is served only on a loopback address, not on {0} (serve TLS, or bind 127.0.0.1)"
+    )]
+    PlainNotLoopback(std::net::SocketAddr),
+    #[error("the debug endpoint's listener has no address: {0}")]
+    Address(#[source] std::io::Error),
+}
+
+/// The endpoint on `listener` with `transport`, until `shutdown` completes: a future to spawn,
+/// or an error when the transport would expose tokens (plain HTTP on a non-loopback address).
+/// `client` makes the TokenReviews and SubjectAccessReviews; `source` has the placements and
+/// the state to schedule against.
+pub fn serve(
     listener: TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    transport: Transport,
     client: kube::Client,
     source: Arc<dyn DebugSource>,
-    shutdown: impl Future<Output = ()>,
-) {
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<impl Future<Output = ()> + Send + 'static, ServeError> {
+    let addr = listener.local_addr().map_err(ServeError::Address)?;
+    let tls = match transport {
+        Transport::Tls(config) => Some(config),
+        Transport::PlainLoopback if addr.ip().is_loopback() => None,
+        Transport::PlainLoopback => return Err(ServeError::PlainNotLoopback(addr)),
+    };
     let debugger = Arc::new(Debugger::new(client, source));
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, tls = tls.is_some(), "serving the placement debug endpoint");
-    }
-    ocm_runtime::http::serve(
+    tracing::info!(%addr, tls = tls.is_some(), "serving the placement debug endpoint");
+    Ok(ocm_runtime::http::serve(
         listener,
         tls,
         move |req: Request<hyper::body::Incoming>| {
@@ -282,8 +313,7 @@ pub async fn serve(
             async move { debugger.handle(req).await }
         },
         shutdown,
-    )
-    .await;
+    ))
 }
 
 /// The request handler, for embedding into another server.

@@ -102,10 +102,25 @@ struct ControllerArgs {
     /// Only schedule Placements in these namespaces (comma separated; default all).
     #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
-    /// Where the debug endpoint listens; empty to turn it off.
+    /// Where the debug endpoint listens; empty to turn it off. It serves HTTPS: with
+    /// --tls-cert-file and --tls-key-file, else with a self-signed certificate made at start
+    /// (its SHA-256 fingerprint is logged, for clients to pin).
     #[arg(long, env = "DEBUG_BIND_ADDRESS", default_value = "0.0.0.0:9443")]
     debug_bind_address: String,
-    /// TLS certificate (PEM) for the debug endpoint; with --tls-key-file it serves HTTPS.
+    /// Serve the debug endpoint over plain HTTP instead: only on a loopback
+    /// --debug-bind-address (its callers' bearer tokens must not cross the network in clear).
+    #[arg(
+        long,
+        env = "DEBUG_INSECURE_LOOPBACK",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    debug_insecure_loopback: bool,
+    /// TLS certificate chain (PEM) for the debug endpoint, with --tls-key-file. Both files are
+    /// read again when they change; new connections get the new certificate.
     #[arg(long, env = "TLS_CERT_FILE", requires = "tls_key_file")]
     tls_cert_file: Option<PathBuf>,
     #[arg(long, env = "TLS_KEY_FILE", requires = "tls_cert_file")]
@@ -190,21 +205,9 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     ));
 
     if !args.debug_bind_address.is_empty() {
-        let listener = tokio::net::TcpListener::bind(&args.debug_bind_address)
-            .await
-            .map_err(|e| format!("--debug-bind-address {}: {e}", args.debug_bind_address))?;
-        let tls = match (&args.tls_cert_file, &args.tls_key_file) {
-            (Some(cert), Some(key)) => Some(ocm_runtime::tls::server_config(cert, key)?),
-            _ => None,
-        };
         let source: Arc<dyn placement_scheduler::debug::DebugSource> = Arc::new(handle.clone());
-        tokio::spawn(placement_scheduler::debug::serve(
-            listener,
-            tls,
-            client.clone(),
-            source,
-            shutdown.clone(),
-        ));
+        let server = debug_endpoint(&args, client.clone(), source, shutdown.clone()).await?;
+        tokio::spawn(server);
     }
 
     let leader: Arc<dyn Leader> =
@@ -240,4 +243,38 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     };
     controller::run(client, handle, options, shutdown).await;
     Ok(())
+}
+
+/// The debug endpoint, bound and checked, ready to spawn: HTTPS with the given or a
+/// self-signed certificate, or plain HTTP on loopback when asked for.
+async fn debug_endpoint(
+    args: &ControllerArgs,
+    client: kube::Client,
+    source: Arc<dyn placement_scheduler::debug::DebugSource>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<impl std::future::Future<Output = ()> + Send + 'static, Box<dyn std::error::Error>> {
+    use placement_scheduler::debug::{self, Transport};
+    let listener = tokio::net::TcpListener::bind(&args.debug_bind_address)
+        .await
+        .map_err(|e| format!("--debug-bind-address {}: {e}", args.debug_bind_address))?;
+    let addr = listener.local_addr()?;
+    let transport = match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(_), _) if args.debug_insecure_loopback => {
+            return Err("--debug-insecure-loopback and --tls-cert-file: choose one".into());
+        }
+        _ if args.debug_insecure_loopback => Transport::PlainLoopback,
+        (Some(cert), Some(key)) => Transport::Tls(ocm_runtime::tls::server_config(cert, key)?),
+        _ => {
+            let names = ocm_runtime::tls::self_signed_names(addr);
+            let generated = ocm_runtime::tls::self_signed(&names)?;
+            tracing::info!(
+                fingerprint = %generated.fingerprint,
+                ?names,
+                "no --tls-cert-file: the debug endpoint serves a self-signed certificate made at start (kept in memory only)"
+            );
+            Transport::Tls(generated.config)
+        }
+    };
+    debug::serve(listener, transport, client, source, shutdown)
+        .map_err(|e| format!("--debug-insecure-loopback: {e}").into())
 }

@@ -35,8 +35,9 @@ use placement_scheduler::core::{
 };
 use placement_scheduler::debug::{
     self, DebugError, DebugResult, DebugSource, MAX_REQUEST_BODY_BYTES, REVIEW_TIMEOUT,
-    ReviewError, debug_result,
+    ReviewError, ServeError, Transport, debug_result,
 };
+use rustls_pki_types::CertificateDer;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -538,19 +539,15 @@ async fn start(client: Client, source: Fleet, tls: Option<Tls>) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let (server_tls, client_tls) = match tls {
-        Some(t) => (Some(t.server), Some(t.client)),
-        None => (None, None),
+    let (transport, client_tls) = match tls {
+        Some(t) => (Transport::Tls(t.server), Some(t.client)),
+        None => (Transport::PlainLoopback, None),
     };
-    tokio::spawn(debug::serve(
-        listener,
-        server_tls,
-        client,
-        Arc::new(source),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let server = debug::serve(listener, transport, client, Arc::new(source), async move {
+        let _ = stopped.await;
+    })
+    .unwrap();
+    tokio::spawn(server);
     Server {
         addr,
         tls: client_tls,
@@ -780,30 +777,32 @@ struct Tls {
     client: TlsConnector,
 }
 
-/// A self-signed certificate for 127.0.0.1 written to a temporary directory, the server
-/// configuration read from those files, and a client that trusts only that certificate.
-fn self_signed_tls(tag: &str) -> Tls {
-    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    let dir = std::env::temp_dir().join(format!("debug-endpoint-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
-    let server = ocm_runtime::tls::server_config(&cert, &key).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
+/// The runtime's self-signed certificate for 127.0.0.1, and a client that trusts only it.
+fn self_signed_tls() -> Tls {
+    let generated = ocm_runtime::tls::self_signed(&["127.0.0.1".to_owned()]).unwrap();
+    Tls {
+        server: generated.config,
+        client: trusting(&[generated.certificate]),
+    }
+}
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(certified.cert.der().clone()).unwrap();
+fn client_config() -> rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVerifier> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let client = rustls::ClientConfig::builder_with_provider(provider)
+    rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
+}
+
+/// A TLS client that trusts exactly these (self-signed) certificates.
+fn trusting(certificates: &[CertificateDer<'static>]) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certificates {
+        roots.add(c.clone()).unwrap();
+    }
+    let config = client_config()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    Tls {
-        server,
-        client: TlsConnector::from(Arc::new(client)),
-    }
+    TlsConnector::from(Arc::new(config))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1113,7 +1112,7 @@ async fn over_tls_with_a_self_signed_certificate() {
     let ns = testenv::namespace(&admin, "debug-tls").await.unwrap();
     let token = service_account(&admin, &ns, "reader").await;
     grant(&admin, &ns, "reader", &["get"]).await;
-    let server = start(admin.clone(), fleet(&ns), Some(self_signed_tls(&ns))).await;
+    let server = start(admin.clone(), fleet(&ns), Some(self_signed_tls())).await;
 
     let path = format!("/debug/placements/{ns}/web");
     let reply = eventually(
@@ -1222,4 +1221,450 @@ async fn reviews_the_server_may_not_make_are_server_errors() {
         .delete(&identity, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary's debug endpoint: how it is served (TLS by default, certificate reload, plain
+// HTTP only on loopback), as the chart's scheduler identity
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The identity the chart gives the scheduler (`files/scheduler-rbac.yaml`), set up once for
+/// this test binary (its ClusterRoleBinding has one subject): user and groups.
+async fn chart_identity() -> &'static (String, Vec<String>) {
+    static IDENTITY: tokio::sync::OnceCell<(String, Vec<String>)> =
+        tokio::sync::OnceCell::const_new();
+    IDENTITY
+        .get_or_init(|| async {
+            let admin = testenv::shared().await.client().unwrap();
+            let ns = testenv::namespace(&admin, "debug-scheduler").await.unwrap();
+            let sa = "placement-scheduler";
+            let rbac = include_str!("../../charts/ocm-placement/files/scheduler-rbac.yaml")
+                .replace("{{NAMESPACE}}", &ns)
+                .replace("{{SUBJECT}}", sa);
+            testenv::apply_yaml(&admin, &rbac, &ns).await.unwrap();
+            (
+                format!("system:serviceaccount:{ns}:{sa}"),
+                vec![
+                    "system:serviceaccounts".to_owned(),
+                    format!("system:serviceaccounts:{ns}"),
+                ],
+            )
+        })
+        .await
+}
+
+/// `placement-scheduler controller` as the chart's identity, scheduling `ns`, with these
+/// debug flags; its JSON log lines are collected. Killed when dropped.
+struct Process {
+    child: std::process::Child,
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn scheduler_process(ns: &str, debug_args: &[String]) -> Process {
+    let cp = testenv::shared().await;
+    let (user, groups) = chart_identity().await;
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let dir = std::env::temp_dir().join(format!("{ns}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig(Some((user, &groups)))).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
+        .args(["controller", "--leader-elect=false", "--log-format", "json"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
+        .arg(format!("--namespaces={ns}"))
+        .args(debug_args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn({
+        let log = log.clone();
+        move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                log.lock().unwrap().push(line);
+            }
+        }
+    });
+    Process { child, log, dir }
+}
+
+impl Process {
+    /// The first log line (as JSON) for which `pick` gives something, waiting for it.
+    async fn log_line<T>(&self, what: &str, pick: impl Fn(&Value) -> Option<T>) -> T {
+        testenv::eventually(what, Duration::from_secs(30), || {
+            let found = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find_map(|v| pick(&v));
+            async move { found }
+        })
+        .await
+    }
+
+    fn logged(&self, message_contains: &str) -> bool {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(message_contains))
+    }
+
+    /// The exit status, waiting for it; and everything the process wrote to stderr.
+    async fn exit(&mut self) -> (std::process::ExitStatus, String) {
+        let status = testenv::eventually("the process to exit", Duration::from_secs(30), || {
+            let status = self.child.try_wait().unwrap();
+            async move { status }
+        })
+        .await;
+        // The reader thread ends at EOF, soon after the exit.
+        let log = testenv::eventually("its stderr", Duration::from_secs(30), || {
+            let log = Arc::strong_count(&self.log)
+                .eq(&1)
+                .then(|| self.log.lock().unwrap().join("\n"));
+            async move { log }
+        })
+        .await;
+        (status, log)
+    }
+}
+
+/// A placement in `ns` for the binary to have in its store.
+async fn stored(admin: &Client, ns: &str) {
+    let p: Placement = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+        "kind": "Placement",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {}
+    }))
+    .unwrap();
+    Api::<Placement>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+}
+
+/// Sends `GET path` with a bearer token as plain HTTP/1.1 bytes to `addr` and returns every
+/// byte that comes back until the server closes the connection.
+async fn plain_http_exchange(addr: SocketAddr, path: &str, token: &str) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    // A guard against a server that neither answers nor closes, not a timing assertion.
+    tokio::time::timeout(Duration::from_secs(30), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the server neither answered nor closed the connection")
+        .ok();
+    answer
+}
+
+/// The certificate a TLS handshake with `addr` presents (`connector` must accept it).
+async fn served_certificate(addr: SocketAddr, connector: &TlsConnector) -> CertificateDer<'static> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::IpAddress(addr.ip().into());
+    let tls = connector.connect(name, tcp).await.unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].clone()
+}
+
+/// Accepts the server certificate whose SHA-256 fingerprint is the pinned one (what a client
+/// of a self-signed endpoint does with the fingerprint from its log); the handshake
+/// signatures are still verified, so the server proves it holds the key.
+#[derive(Debug)]
+struct Pinned {
+    fingerprint: String,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if ocm_runtime::tls::fingerprint(end_entity) == self.fingerprint {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General("not the pinned certificate".into()))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+fn pinning(fingerprint: &str) -> TlsConnector {
+    let verifier = Pinned {
+        fingerprint: fingerprint.to_owned(),
+        provider: Arc::new(rustls::crypto::ring::default_provider()),
+    };
+    let config = client_config()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    TlsConnector::from(Arc::new(config))
+}
+
+/// The attack: a caller's bearer token sent to the scheduler's default debug endpoint. With
+/// no certificate configured the endpoint used to answer plain HTTP, so anyone on the path
+/// could read the token; now it serves only TLS, with a certificate made at start whose
+/// fingerprint it logs, and still refuses callers without a token or without the RBAC.
+#[tokio::test]
+async fn the_binary_serves_its_debug_endpoint_over_tls_by_default() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-bin-tls").await.unwrap();
+    let reader = service_account(&admin, &ns, "reader").await;
+    grant(&admin, &ns, "reader", &["get"]).await;
+    let nobody = service_account(&admin, &ns, "nobody").await;
+    stored(&admin, &ns).await;
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let process = scheduler_process(&ns, &[format!("--debug-bind-address={addr}")]).await;
+    process
+        .log_line("the debug endpoint serving", |v| {
+            (v["message"] == "serving the placement debug endpoint").then_some(())
+        })
+        .await;
+    let path = format!("/debug/placements/{ns}/web");
+
+    // Plain HTTP with a valid token: no HTTP answer at all, the connection is closed.
+    let answer = plain_http_exchange(addr, &path, &reader).await;
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "plain HTTP was answered: {}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // Over TLS, pinned to the logged fingerprint.
+    let fingerprint = process
+        .log_line("the self-signed certificate's fingerprint", |v| {
+            v["fingerprint"].as_str().map(str::to_owned)
+        })
+        .await;
+    let server = Server {
+        addr,
+        tls: Some(pinning(&fingerprint)),
+        stop: None,
+    };
+    let presented = served_certificate(addr, server.tls.as_ref().unwrap()).await;
+    assert_eq!(ocm_runtime::tls::fingerprint(&presented), fingerprint);
+    server
+        .request(Method::GET, &path, None, Bytes::new())
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "Unauthorized");
+    server
+        .get(&path, "garbage")
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "Unauthorized");
+    server.get(&path, &nobody).await.assert_error(
+        StatusCode::FORBIDDEN,
+        &format!("user does not have permission to get placements in namespace {ns}"),
+    );
+    let reply = eventually(
+        || server.get(&path, &reader),
+        |r| r.status == StatusCode::OK,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(
+        reply.body["placement"]["metadata"]["name"], "web",
+        "{reply:?}"
+    );
+}
+
+/// Replaces `path` with `contents` in one step, as a Secret volume or cert-manager does.
+fn replace_file(path: &std::path::Path, contents: &str) {
+    let next = path.with_extension("next");
+    std::fs::write(&next, contents).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+/// Certificate files replaced under the running binary: a half-written pair (the new
+/// certificate with the old key) keeps the old certificate, the complete pair reaches new
+/// connections, without a restart.
+#[tokio::test]
+async fn the_binary_serves_replaced_certificate_files_to_new_connections() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-bin-reload")
+        .await
+        .unwrap();
+    let certs = std::env::temp_dir().join(format!("{ns}-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&certs).unwrap();
+    let (cert, key) = (certs.join("tls.crt"), certs.join("tls.key"));
+    let old = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let new = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    replace_file(&cert, &old.cert.pem());
+    replace_file(&key, &old.signing_key.serialize_pem());
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let process = scheduler_process(
+        &ns,
+        &[
+            format!("--debug-bind-address={addr}"),
+            format!("--tls-cert-file={}", cert.display()),
+            format!("--tls-key-file={}", key.display()),
+        ],
+    )
+    .await;
+    process
+        .log_line("the debug endpoint serving", |v| {
+            (v["message"] == "serving the placement debug endpoint").then_some(())
+        })
+        .await;
+    let client = trusting(&[old.cert.der().clone(), new.cert.der().clone()]);
+    assert_eq!(served_certificate(addr, &client).await, *old.cert.der());
+
+    // Half-written: the old certificate stays, and the refusal is logged.
+    replace_file(&cert, &new.cert.pem());
+    assert_eq!(served_certificate(addr, &client).await, *old.cert.der());
+    process
+        .log_line("the unusable pair logged", |v| {
+            (v["level"] == "ERROR" && v["error"].as_str()?.contains("does not belong"))
+                .then_some(())
+        })
+        .await;
+
+    replace_file(&key, &new.signing_key.serialize_pem());
+    assert_eq!(served_certificate(addr, &client).await, *new.cert.der());
+    assert!(process.logged("serving certificate reloaded"));
+    // And it serves the endpoint with it.
+    let server = Server {
+        addr,
+        tls: Some(client),
+        stop: None,
+    };
+    server
+        .request(Method::GET, "/debug/placements/a/b", None, Bytes::new())
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "Unauthorized");
+    drop(process);
+    std::fs::remove_dir_all(&certs).unwrap();
+}
+
+/// Plain HTTP only when asked for, and then only on loopback: a non-loopback bind stops the
+/// binary at start with a clear error, and the library refuses it as well.
+#[tokio::test]
+async fn plain_http_is_served_only_on_loopback() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-bin-plain").await.unwrap();
+
+    let mut refused = scheduler_process(
+        &ns,
+        &[
+            "--debug-insecure-loopback".to_owned(),
+            format!("--debug-bind-address=0.0.0.0:{}", free_port()),
+        ],
+    )
+    .await;
+    let (status, log) = refused.exit().await;
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("plain HTTP is served only on a loopback address"),
+        "{log}"
+    );
+
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let process = scheduler_process(
+        &ns,
+        &[
+            "--debug-insecure-loopback".to_owned(),
+            format!("--debug-bind-address={addr}"),
+        ],
+    )
+    .await;
+    process
+        .log_line("the debug endpoint serving", |v| {
+            (v["message"] == "serving the placement debug endpoint" && v["tls"] == false)
+                .then_some(())
+        })
+        .await;
+    let server = Server {
+        addr,
+        tls: None,
+        stop: None,
+    };
+    server
+        .request(Method::GET, "/debug/placements/a/b", None, Bytes::new())
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "Unauthorized");
+
+    for any in ["0.0.0.0:0", "[::]:0"] {
+        let Ok(listener) = TcpListener::bind(any).await else {
+            continue; // no IPv6 here
+        };
+        let refused = debug::serve(
+            listener,
+            Transport::PlainLoopback,
+            admin.clone(),
+            Arc::new(fleet(&ns)),
+            std::future::pending(),
+        );
+        assert!(
+            matches!(refused, Err(ServeError::PlainNotLoopback(_))),
+            "{any}"
+        );
+    }
 }

@@ -173,6 +173,46 @@ fn lints_renders_and_checks_its_values() {
     }
     assert!(kinds(&docs).contains(&("Service".into(), "placement-scheduler-debug".into())));
 
+    // The debug endpoint without a Secret: HTTPS with a self-signed certificate. Insecure:
+    // plain HTTP on the pod's loopback, with no port or Service to reach it from outside.
+    let self_signed = render(&["--set", "scheduler.debug.enabled=true"]);
+    let scheduler = args_of(&self_signed, "placement-scheduler");
+    assert!(
+        scheduler
+            .iter()
+            .any(|x| x == "--debug-bind-address=0.0.0.0:9443")
+    );
+    assert!(
+        !scheduler
+            .iter()
+            .any(|x| x.starts_with("--tls-") || x.starts_with("--debug-insecure")),
+        "{scheduler:?}"
+    );
+    let loopback = render(&[
+        "--set",
+        "scheduler.debug.enabled=true,scheduler.debug.insecure=true",
+    ]);
+    let scheduler = args_of(&loopback, "placement-scheduler");
+    for a in [
+        "--debug-bind-address=127.0.0.1:9443",
+        "--debug-insecure-loopback",
+    ] {
+        assert!(scheduler.iter().any(|x| x == a), "{a} in {scheduler:?}");
+    }
+    assert!(!kinds(&loopback).contains(&("Service".into(), "placement-scheduler-debug".into())));
+    let pod = &loopback
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "placement-scheduler")
+        .expect("Deployment placement-scheduler")["spec"]["template"]["spec"];
+    assert!(
+        !pod["containers"][0]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .any(|p| p["name"] == "debug"),
+        "{pod}"
+    );
+
     // The CRDs are crdgen's (plus helm's keep policy).
     let mut crds: Vec<Value> = docs
         .iter()
@@ -225,8 +265,8 @@ fn lints_renders_and_checks_its_values() {
         "unknownKey=1",
         "client.burst=4000000",
         // The templates' own checks.
-        "scheduler.debug.enabled=true",
-        "scheduler.debug.enabled=true,scheduler.debug.insecure=true,scheduler.debug.port=8080",
+        "scheduler.debug.enabled=true,scheduler.debug.insecure=true,scheduler.debug.tlsSecret=t",
+        "scheduler.debug.enabled=true,scheduler.debug.port=8080",
         "leaderElection.enabled=false",
     ] {
         let out =
