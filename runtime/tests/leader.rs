@@ -451,8 +451,13 @@ async fn a_write_waiting_in_the_rate_limiter_is_refused_once_leadership_ended() 
     eventually("replica-a leads", SLACK, || a.leads()).await;
     // One request every 5 s: the second waits longer than the renew deadline.
     let limiter = RateLimiter::new(0.2, 1).unwrap();
-    let gated = leader_client(cp.config(None).unwrap(), Some(&limiter), "gate-test", &a.leadership)
-        .unwrap();
+    let gated = leader_client(
+        cp.config(None).unwrap(),
+        Some(&limiter),
+        "gate-test",
+        &a.leadership,
+    )
+    .unwrap();
     let maps: Api<ConfigMap> = Api::namespaced(gated.clone(), &ns);
     let map = |name: &str| ConfigMap {
         metadata: ObjectMeta {
@@ -489,8 +494,8 @@ async fn a_write_waiting_in_the_rate_limiter_is_refused_once_leadership_ended() 
     assert!(check.get_opt("while-leading").await.unwrap().is_some());
 
     // Reads are not gated; a write is refused before the rate limiter even matters.
-    let unthrottled = leader_client(cp.config(None).unwrap(), None, "gate-test", &a.leadership)
-        .unwrap();
+    let unthrottled =
+        leader_client(cp.config(None).unwrap(), None, "gate-test", &a.leadership).unwrap();
     let maps: Api<ConfigMap> = Api::namespaced(unthrottled, &ns);
     assert!(maps.get_opt("while-leading").await.unwrap().is_some());
     let err = maps

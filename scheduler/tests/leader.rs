@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -137,7 +137,10 @@ async fn versions(hub: &Hub) -> BTreeMap<String, String> {
         .unwrap()
     {
         let name = d.metadata.name.unwrap_or_default();
-        out.insert(format!("PlacementDecision/{name}"), d.metadata.resource_version.unwrap_or_default());
+        out.insert(
+            format!("PlacementDecision/{name}"),
+            d.metadata.resource_version.unwrap_or_default(),
+        );
     }
     for p in Api::<Placement>::namespaced(hub.client.clone(), &hub.ns)
         .list(&lp)
@@ -145,7 +148,10 @@ async fn versions(hub: &Hub) -> BTreeMap<String, String> {
         .unwrap()
     {
         let name = p.metadata.name.unwrap_or_default();
-        out.insert(format!("Placement/{name}"), p.metadata.resource_version.unwrap_or_default());
+        out.insert(
+            format!("Placement/{name}"),
+            p.metadata.resource_version.unwrap_or_default(),
+        );
     }
     out
 }
@@ -170,7 +176,7 @@ async fn events_of(hub: &Hub, instance: &str) -> Vec<String> {
 /// and it publishes no event; it exits.
 #[tokio::test]
 async fn a_deposed_leader_writes_nothing_and_exits() {
-    const PLACEMENTS: usize = 12;
+    const PLACEMENTS: usize = 8;
     let hub = Hub::without_controller("pl-deposed").await;
     let cp = testenv::shared().await;
     hub.clusters(&["a", "b"], json!({"pick": "yes"})).await;
@@ -189,7 +195,9 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
     let rbac = include_str!("../../charts/ocm-placement/files/scheduler-rbac.yaml")
         .replace("{{NAMESPACE}}", &hub.ns)
         .replace("{{SUBJECT}}", sa);
-    testenv::apply_yaml(&hub.client, &rbac, &hub.ns).await.unwrap();
+    testenv::apply_yaml(&hub.client, &rbac, &hub.ns)
+        .await
+        .unwrap();
     let user = format!("system:serviceaccount:{}:{sa}", hub.ns);
     let groups = [
         "system:serviceaccounts".to_owned(),
@@ -208,8 +216,8 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
             .arg(&kubeconfig)
             .arg(format!("--leader-election-namespace={}", hub.ns))
             .args([
-                "--leader-election-lease-duration=3s",
-                "--leader-election-renew-deadline=2s",
+                "--leader-election-lease-duration=4s",
+                "--leader-election-renew-deadline=3s",
                 "--leader-election-retry-period=500ms",
                 "--balance-delay=1h",
             ])
@@ -225,8 +233,12 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
     };
     let leases: Api<Lease> = Api::namespaced(hub.client.clone(), &hub.ns);
 
-    // The old leader: a slow client (2 requests/s), so that a pass keeps writes waiting.
-    let mut old = start("old-leader", &["--client-qps=2", "--client-burst=1"]);
+    // The old leader: a slow client (4 requests/s) and two workers, so that a pass keeps
+    // writes waiting in the rate limiter (and, before the fix, its renewals did not).
+    let mut old = start(
+        "old-leader",
+        &["--client-qps=4", "--client-burst=1", "--workers=2"],
+    );
     let old_id = eventually("the first replica to lead", || holder(&leases)).await;
     for n in &names {
         hub.expect(n, &["a", "b"]).await;
@@ -235,27 +247,39 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
 
     // A change for every placement; freeze the leader once it has written some of it.
     hub.cluster("c", json!({"pick": "yes"}), Value::Null).await;
-    eventually("the old leader to write its first new decisions", || async {
-        for n in &names {
-            if hub.chosen(n).await.len() == 3 {
-                return Some(());
+    eventually(
+        "the old leader to write its first new decisions",
+        || async {
+            for n in &names {
+                if hub.chosen(n).await.len() == 3 {
+                    return Some(());
+                }
             }
-        }
-        None
-    })
+            None
+        },
+    )
     .await;
     signal(&old.0, "STOP");
+    let stopped = Instant::now();
     let mut done = 0;
     for n in &names {
         done += usize::from(hub.chosen(n).await.len() == 3);
     }
-    assert!(done < PLACEMENTS, "the old leader finished its pass before it was stopped");
+    assert!(
+        done < PLACEMENTS,
+        "the old leader finished its pass before it was stopped"
+    );
+    eprintln!("the old leader was stopped after {done} of {PLACEMENTS} placements");
 
     // The standby takes over and finishes; then a second change that only it sees.
     let new_id = eventually("the standby to take the Lease", || async {
         holder(&leases).await.filter(|h| *h != old_id)
     })
     .await;
+    eprintln!(
+        "the standby took the Lease {:?} after the stop",
+        stopped.elapsed()
+    );
     for n in &names {
         hub.expect(n, &["a", "b", "c"]).await;
     }
@@ -263,7 +287,12 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
     for n in &names {
         hub.expect(n, &["a", "b", "c", "d"]).await;
         eventually(&format!("{n}'s status to count 4 clusters"), || async {
-            (hub.get_placement(n).await.status?.number_of_selected_clusters == 4).then_some(())
+            (hub.get_placement(n)
+                .await
+                .status?
+                .number_of_selected_clusters
+                == 4)
+                .then_some(())
         })
         .await;
     }
@@ -278,11 +307,23 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
     while resumed.elapsed() < window {
         if exited.is_none() {
             exited = old.0.try_wait().unwrap();
+            if exited.is_some() {
+                eprintln!(
+                    "the old leader exited {:?} after SIGCONT",
+                    resumed.elapsed()
+                );
+            }
         }
         let now = versions(&hub).await;
-        assert_eq!(now, before, "an object changed after the old leader resumed");
+        assert_eq!(
+            now, before,
+            "an object changed after the old leader resumed"
+        );
         let events = events_of(&hub, "old-leader").await;
-        assert_eq!(events, old_events, "the old leader published events after it resumed");
+        assert_eq!(
+            events, old_events,
+            "the old leader published events after it resumed"
+        );
         assert_eq!(holder(&leases).await.as_deref(), Some(new_id.as_str()));
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -556,10 +556,12 @@ impl<'a> Fence<'a> {
     /// Delete only the object of `uid`.
     fn delete_params<K: kube::Resource>(uid: Option<&Arc<K>>) -> DeleteParams {
         DeleteParams {
-            preconditions: uid.and_then(|o| o.meta().uid.clone()).map(|uid| Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
+            preconditions: uid
+                .and_then(|o| o.meta().uid.clone())
+                .map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
             ..DeleteParams::default()
         }
     }

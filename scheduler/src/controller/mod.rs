@@ -573,7 +573,12 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         }
         Err(writer::WriteError::NotLeader(what)) => {
             // The new leader schedules everything when it takes over.
-            tracing::info!(namespace = key.0, name = key.1, what, "not the leader any more; writes stopped");
+            tracing::info!(
+                namespace = key.0,
+                name = key.1,
+                what,
+                "not the leader any more; writes stopped"
+            );
         }
         Err(e) => {
             ctx.handle

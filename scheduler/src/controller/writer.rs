@@ -330,7 +330,8 @@ impl Writer {
             }
             Write::Status { name, status } => {
                 // A merge patch replaces the decisions list as a whole.
-                let body = preconditioned(json!({"status": status}), versions.resource_version(name));
+                let body =
+                    preconditioned(json!({"status": status}), versions.resource_version(name));
                 let patch = Patch::Merge(&body);
                 let written = self
                     .call("patch", "placementdecisions/status", what, || {
@@ -383,7 +384,10 @@ impl Writer {
         let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &ns);
         for e in &pw.events {
             if !self.leader.is_leader() {
-                tracing::debug!(reason = e.reason, "not the leader any more: event not published");
+                tracing::debug!(
+                    reason = e.reason,
+                    "not the leader any more: event not published"
+                );
                 self.metrics.api_write("create", "events", "not_leader");
                 continue;
             }
