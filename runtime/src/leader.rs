@@ -893,6 +893,26 @@ mod tests {
         drop(renewer.await.unwrap());
     }
 
+    /// A process stopped (SIGSTOP) past its renew deadline runs its tasks before its timer
+    /// driver notices: `lost()` must see the deadline on the clock, not wait for the timer.
+    #[tokio::test]
+    async fn lost_sees_the_deadline_before_the_timer_fires() {
+        let (_tx, rx) = watch::channel(State {
+            renewed: Some(Instant::now()),
+        });
+        let mut l = Leadership {
+            mode: Mode::Elected {
+                rx,
+                renew_deadline: Duration::from_millis(50),
+            },
+        };
+        let mut lost = std::pin::pin!(l.lost());
+        assert!(futures::poll!(lost.as_mut()).is_pending());
+        // Blocks the runtime's only thread, as a stopped process is: no timer is processed.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(futures::poll!(lost.as_mut()).is_ready());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn always_leads() {
         let mut l = Leadership::always();
