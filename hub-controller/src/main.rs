@@ -271,9 +271,16 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     // A replica that loses the lease exits (its pass is dropped with it) and comes back as a
     // standby when restarted, as the scheduler and the scorer do.
     let mut deposed = leadership;
+    let run = controller::run(client, handle, options, shutdown.clone());
+    tokio::pin!(run);
     tokio::select! {
-        () = controller::run(client, handle, options, shutdown) => Ok(()),
+        () = &mut run => Ok(()),
         () = deposed.deposed() => {
+            if shutdown.peek().is_some() {
+                // Released on SIGTERM: a hand-over, not a loss.
+                run.await;
+                return Ok(());
+            }
             tracing::error!("lost the leader lease: exiting");
             Err("lost the leader lease".into())
         }

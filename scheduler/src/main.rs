@@ -222,9 +222,16 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     // `OnStoppedLeading`): it comes back as a standby with fresh stores when restarted. Until
     // the process is gone, every write is refused (the writer and the client check).
     let mut deposed = leadership;
+    let run = controller::run(writes, handle, options, shutdown.clone());
+    tokio::pin!(run);
     tokio::select! {
-        () = controller::run(writes, handle, options, shutdown) => Ok(()),
+        () = &mut run => Ok(()),
         () = deposed.deposed() => {
+            if shutdown.peek().is_some() {
+                // Released on SIGTERM: a hand-over, not a loss.
+                run.await;
+                return Ok(());
+            }
             tracing::error!("lost the leader lease: exiting");
             Err("lost the leader lease".into())
         }

@@ -243,7 +243,7 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
     for n in &names {
         hub.expect(n, &["a", "b"]).await;
     }
-    let _new = start("new-leader", &[]);
+    let mut new = start("new-leader", &[]);
 
     // A change for every placement; freeze the leader once it has written some of it.
     hub.cluster("c", json!({"pick": "yes"}), Value::Null).await;
@@ -334,5 +334,21 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
     let status = exited.unwrap_or_else(|| panic!("the old leader is still running:\n{log}"));
     assert!(!status.success(), "the old leader exited with {status:?}");
     assert!(log.contains("lost the leader lease"), "{log}");
+
+    // Releasing the Lease on SIGTERM is a hand-over, not a loss: a clean exit.
+    signal(&new.0, "TERM");
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(s) = new.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new leader did not stop on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = std::fs::read_to_string(dir.join("new-leader.log")).unwrap();
+    assert!(status.success(), "exit {status:?}:\n{log}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
