@@ -444,3 +444,44 @@ impl Writer {
 }
 
 const REPORTER: &str = ocm_api::wellknown::placement_event::REPORTING_CONTROLLER;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("test", reason)
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn a_precondition_goes_into_the_patch_body() {
+        let body = preconditioned(json!({"status": {"decisions": []}}), Some("42"));
+        assert_eq!(
+            body,
+            json!({"metadata": {"resourceVersion": "42"}, "status": {"decisions": []}})
+        );
+        let labels = preconditioned(json!({"metadata": {"labels": {"a": "b"}}}), Some("7"));
+        assert_eq!(
+            labels,
+            json!({"metadata": {"labels": {"a": "b"}, "resourceVersion": "7"}})
+        );
+        let unknown = preconditioned(json!({"status": {}}), None);
+        assert_eq!(unknown, json!({"status": {}}));
+    }
+
+    #[test]
+    fn conflicts_and_refusals_are_not_retried() {
+        assert!(!transient(&api_error(409, "Conflict")));
+        assert!(!transient(&kube::Error::Service(Box::new(NotLeader {
+            method: "PATCH".into(),
+            path: "/x".into(),
+        }))));
+        assert!(transient(&api_error(429, "TooManyRequests")));
+        assert!(transient(&api_error(503, "ServiceUnavailable")));
+        assert!(!transient(&api_error(404, "NotFound")));
+    }
+}
