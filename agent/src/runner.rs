@@ -11,7 +11,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use ocm_runtime::Health;
+use ocm_runtime::{Health, Leadership};
 use tokio::time::Instant;
 
 use crate::hub::HubClient;
@@ -72,6 +72,8 @@ pub struct Runner<P> {
     metrics: Metrics,
     health: Health,
     progress: Arc<Mutex<Progress>>,
+    /// Writes happen only while this leads (a hub-side provider with several replicas).
+    leadership: Leadership,
 }
 
 impl<P: ScoreProvider> Runner<P> {
@@ -84,7 +86,15 @@ impl<P: ScoreProvider> Runner<P> {
             metrics: Metrics::default(),
             health: Health::new(),
             progress: Arc::default(),
+            leadership: Leadership::always(),
         }
+    }
+
+    /// Write only while `leadership` leads: a pass does not start its writes otherwise, and
+    /// its writes are dropped, mid-flight, the moment leadership ends.
+    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.leadership = leadership;
+        self
     }
 
     /// Also renew the add-on health Lease through `client` (the managed cluster's).
@@ -196,14 +206,27 @@ impl<P: ScoreProvider> Runner<P> {
             tracing::debug!(?due, "computed; the write waits for the hub");
             return;
         }
+        if !self.leadership.is_leader() {
+            tracing::debug!("not the leader: nothing written");
+            return;
+        }
         let client = self.hub.client();
         let clock = self.hub.clock().clone();
         let writes = writer.write_all(&client, &computed, &clock, self.settings.write_concurrency);
-        let results = tokio::time::timeout(self.settings.write_timeout, writes).await;
+        let mut lost = self.leadership.clone();
+        let written = tokio::select! {
+            // First, so that no write is sent once leadership has ended.
+            biased;
+            () = lost.lost() => {
+                tracing::warn!("lost the leadership: this pass's writes are dropped");
+                return;
+            }
+            r = tokio::time::timeout(self.settings.write_timeout, writes) => r,
+        };
         if let Some(offset) = clock.offset() {
             self.metrics.hub_clock_offset.set(offset.as_secs_f64());
         }
-        let results = match results {
+        let results = match written {
             Ok(results) => results,
             Err(_) => {
                 // What the writer knew of the unfinished clusters is gone: it reads them again.

@@ -9,7 +9,7 @@ use futures::FutureExt;
 use std::path::PathBuf;
 
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
-use resource_usage_hub::manager::controller::{self, AlwaysLeader, Handle, Leader, Options};
+use resource_usage_hub::manager::controller::{self, Handle, Leader, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;
 use resource_usage_hub::scorer::prom::{PromClient, PromSettings};
@@ -205,7 +205,6 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     let user_agent = concat!("resource-usage-hub/", env!("CARGO_PKG_VERSION"));
     let config = ocm_runtime::client::load_config(args.client.kubeconfig.as_deref()).await?;
     let limiter = args.client.rate_limiter()?;
-    let client = ocm_runtime::client::client_with(config, limiter.as_ref(), user_agent)?;
 
     let mut registry = prometheus_client::registry::Registry::default();
     if let Some(l) = &limiter {
@@ -222,18 +221,24 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
         shutdown.clone(),
     ));
 
-    let leader: Arc<dyn Leader> = match args
+    // The elector has a client of its own, outside the rate limit, so that renewals never
+    // queue behind the pass's writes; the manager's client sends writes only while leading.
+    let elector_client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
+    let leadership = match args
         .leader
-        .elector(client.clone(), &format!("{}-manager", args.addon_name))?
+        .elector(elector_client, &format!("{}-manager", args.addon_name))?
     {
         Some(elector) => {
             let leadership = elector.leadership();
             tracing::info!(identity = elector.identity(), "leader election on");
             tokio::spawn(elector.run(shutdown.clone()));
-            Arc::new(leadership)
+            leadership
         }
-        None => Arc::new(AlwaysLeader),
+        None => ocm_runtime::Leadership::always(),
     };
+    let client =
+        ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
+    let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
     // Ready once every watch has listed; a standby is ready too (it keeps warm stores).
     tokio::spawn({
         let handle = handle.clone();
@@ -266,8 +271,23 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
         resync: args.resync_period,
         leader,
     };
-    controller::run(client, handle, options, shutdown).await;
-    Ok(())
+    // A replica that loses the lease exits (its pass is dropped with it) and comes back as a
+    // standby when restarted, as the scheduler and the scorer do.
+    let mut deposed = leadership;
+    let run = controller::run(client, handle, options, shutdown.clone());
+    tokio::pin!(run);
+    tokio::select! {
+        () = &mut run => Ok(()),
+        () = deposed.deposed() => {
+            if shutdown.peek().is_some() {
+                // Released on SIGTERM: a hand-over, not a loss.
+                run.await;
+                return Ok(());
+            }
+            tracing::error!("lost the leader lease: exiting");
+            Err("lost the leader lease".into())
+        }
+    }
 }
 
 async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -377,6 +397,11 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
         leadership = Some(l);
     }
     tracing::info!(url = %args.prometheus_url, score = %args.score_name, "hub scorer running");
+    // The runner also checks before its writes and drops them the moment the lease ends.
+    let runner = match &leadership {
+        Some(l) => runner.with_leadership(l.clone()),
+        None => runner,
+    };
     let lost = async move {
         match leadership.as_mut() {
             Some(l) => l.lost().await,

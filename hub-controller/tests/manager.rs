@@ -1765,3 +1765,159 @@ async fn refuses_what_the_manager_must_not_grant(
         "the manager's identity could: {allowed:#?}"
     );
 }
+
+/// The deposed-leader attack on the manager, with real processes as the chart's manager
+/// identity: the leader is frozen (SIGSTOP) in the middle of installing on four clusters, with
+/// writes waiting in its client's rate limiter; the standby takes the Lease, finishes, and then
+/// removes everything when the add-on is deleted from those clusters; the old leader runs again
+/// (SIGCONT). For 30 s nothing of the add-on comes back on those clusters, and the old leader
+/// exits.
+#[tokio::test]
+async fn a_deposed_manager_writes_nothing_and_exits() {
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("client");
+    let addon = "deposed-addon";
+    let system = namespace(&admin, "manager-deposed").await;
+    let sa = "resource-usage-hub";
+    apply_manager_rbac(&admin, addon, &system, sa).await;
+    let user = format!("system:serviceaccount:{system}:{sa}");
+    let groups = [
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{system}"),
+    ];
+    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let dir = tempdir(&system);
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).expect("kubeconfig");
+    let spawn = |name: &str, extra: &[&str]| {
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log");
+        Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
+            .args(["manager", "--addon-name", addon, "--agent-image", IMAGE])
+            .args(["--leader-election-namespace", &system])
+            .args([
+                "--leader-election-lease-duration=4s",
+                "--leader-election-renew-deadline=3s",
+                "--leader-election-retry-period=500ms",
+                "--event-debounce=50ms",
+            ])
+            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
+            .args(extra)
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map(Process)
+            .expect("manager binary")
+    };
+    let signal = |p: &Process, signal: &str| {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &p.0.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal}");
+    };
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &system);
+    let holder = || async {
+        let lease = leases.get_opt(&format!("{addon}-manager")).await.ok()??;
+        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    };
+
+    // The old leader: a slow client (2 requests/s), so that a pass keeps writes waiting.
+    let mut old = spawn("old-leader", &["--client-qps=2", "--client-burst=1"]);
+    let old_id = eventually("the first manager to lead", DEADLINE, holder).await;
+    let _new = spawn("new-leader", &[]);
+    let mut clusters = Vec::new();
+    for _ in 0..4 {
+        let c = cluster(&admin, "deposed-cluster").await;
+        create_mca(&admin, &c, addon).await;
+        clusters.push(c);
+    }
+    // What the add-on has on a cluster: its Role, RoleBinding and ManifestWork.
+    let installed = |c: String| {
+        let admin = admin.clone();
+        async move {
+            let role = Api::<Role>::namespaced(admin.clone(), &c)
+                .list(&Default::default())
+                .await
+                .expect("roles");
+            let binding = Api::<RoleBinding>::namespaced(admin.clone(), &c)
+                .list(&Default::default())
+                .await
+                .expect("bindings");
+            let works = Api::<ManifestWork>::namespaced(admin.clone(), &c)
+                .list(&Default::default())
+                .await
+                .expect("works");
+            role.items.len() + binding.items.len() + works.items.len()
+        }
+    };
+    eventually("the old leader's first writes", DEADLINE, || async {
+        for c in &clusters {
+            if installed(c.clone()).await > 0 {
+                return Some(());
+            }
+        }
+        None
+    })
+    .await;
+    signal(&old, "STOP");
+    let mut done = 0;
+    for c in &clusters {
+        done += usize::from(installed(c.clone()).await == 3);
+    }
+    assert!(
+        done < clusters.len(),
+        "the old leader finished before it was stopped"
+    );
+
+    // The standby takes over, finishes, then removes the add-on from every cluster.
+    eventually("the standby to take the Lease", DEADLINE, || async {
+        holder().await.filter(|h| *h != old_id)
+    })
+    .await;
+    for c in &clusters {
+        eventually("the new leader's install", DEADLINE, || async {
+            (installed(c.clone()).await == 3).then_some(())
+        })
+        .await;
+    }
+    for c in &clusters {
+        Api::<ManagedClusterAddOn>::namespaced(admin.clone(), c)
+            .delete(addon, &Default::default())
+            .await
+            .expect("delete mca");
+    }
+    for c in &clusters {
+        eventually("the new leader's removal", DEADLINE, || async {
+            (installed(c.clone()).await == 0 && mca(&admin, c, addon).await.is_none()).then_some(())
+        })
+        .await;
+    }
+
+    // The old leader runs again, its lease long gone and writes pending.
+    signal(&old, "CONT");
+    let resumed = std::time::Instant::now();
+    let mut exited = None;
+    while resumed.elapsed() < Duration::from_secs(30) {
+        if exited.is_none() {
+            exited = old.0.try_wait().expect("try_wait");
+        }
+        for c in &clusters {
+            assert_eq!(
+                installed(c.clone()).await,
+                0,
+                "the old leader wrote on {c} after it resumed"
+            );
+            assert!(mca(&admin, c, addon).await.is_none());
+        }
+        assert_ne!(holder().await.as_deref(), Some(old_id.as_str()));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let log = std::fs::read_to_string(dir.join("old-leader.log")).expect("log");
+    let status = exited.unwrap_or_else(|| panic!("the old leader is still running:\n{log}"));
+    assert!(!status.success(), "the old leader exited with {status:?}");
+    assert!(log.contains("lost the leader lease"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

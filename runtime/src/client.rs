@@ -126,15 +126,26 @@ pub async fn load_config(
 /// A client for `config` with `user_agent` and, when given, `limiter` applied to every request.
 /// Share one limiter between clients to give them one budget.
 pub fn client_with(
+    config: kube::Config,
+    limiter: Option<&RateLimiter>,
+    user_agent: &str,
+) -> Result<kube::Client, ClientError> {
+    leader_client(config, limiter, user_agent, &crate::Leadership::always())
+}
+
+/// [`client_with`], whose writes are sent only while `leadership` leads (checked per request
+/// after the rate limiter's wait: [`crate::Leadership::write_gate`]).
+pub fn leader_client(
     mut config: kube::Config,
     limiter: Option<&RateLimiter>,
     user_agent: &str,
+    leadership: &crate::Leadership,
 ) -> Result<kube::Client, ClientError> {
     let agent = http::HeaderValue::from_str(user_agent)
         .map_err(|_| ClientError::UserAgent(user_agent.to_string()))?;
     config.headers.push((http::header::USER_AGENT, agent));
     let server = config.cluster_url.to_string();
-    let builder = ClientBuilder::try_from(config)?;
+    let builder = ClientBuilder::try_from(config)?.with_layer(&leadership.write_gate());
     let client = match limiter {
         Some(limiter) => {
             tracing::info!(

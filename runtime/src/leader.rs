@@ -266,7 +266,26 @@ impl Leadership {
     /// Resolves once this replica does not lead (at once if it does not): when it loses the
     /// Lease, when it releases it, or when the renew deadline passes without a renew, also if
     /// the election task is stuck or gone. Never resolves with [`Leadership::always`].
+    ///
+    /// Every poll first checks the deadline on the clock itself, so that in a `biased` select
+    /// it wins over work polled after it even when the timer has not fired yet (a process
+    /// resumed after being stopped past its deadline runs its tasks before its timers).
     pub async fn lost(&mut self) {
+        let now = self.clone();
+        let ended = self.ended();
+        let mut ended = std::pin::pin!(ended);
+        std::future::poll_fn(|cx| {
+            if now.is_leader() {
+                ended.as_mut().poll(cx)
+            } else {
+                std::task::Poll::Ready(())
+            }
+        })
+        .await
+    }
+
+    /// [`Self::lost`] as the elector's news and the timer tell it.
+    async fn ended(&mut self) {
         let Mode::Elected { rx, renew_deadline } = &mut self.mode else {
             return std::future::pending().await;
         };
@@ -285,6 +304,104 @@ impl Leadership {
                 _ = tokio::time::sleep_until(until) => return,
             }
         }
+    }
+}
+
+impl Leadership {
+    /// Resolves once this replica has led and then stopped leading: what a binary waits on to
+    /// step down. Never resolves with [`Leadership::always`].
+    pub async fn deposed(&mut self) {
+        self.wait_leader().await;
+        self.lost().await;
+    }
+
+    /// A tower layer for a hub client that refuses every request that could change something
+    /// (any method but `GET`, `HEAD` and `OPTIONS`) while this replica does not lead. The check
+    /// runs as the request is handed to the connection, after any wait in a rate limiter
+    /// layered outside it (its wait is in `poll_ready`), so a write planned while leading and
+    /// held up until after the lease ran out is not sent. Each retry is a new request and is
+    /// checked again. A refused request fails with [`NotLeader`] (see [`is_not_leader`]).
+    ///
+    /// The elector's own client must not carry it (it could never take the Lease), nor a client
+    /// whose `POST`s write nothing a standby may not send (TokenReviews, SubjectAccessReviews).
+    pub fn write_gate(&self) -> WriteGateLayer {
+        WriteGateLayer {
+            leadership: self.clone(),
+        }
+    }
+}
+
+/// A request refused by [`Leadership::write_gate`]: this replica does not lead.
+#[derive(Debug, Error)]
+#[error("not the leader: {method} {path} not sent")]
+pub struct NotLeader {
+    pub method: String,
+    pub path: String,
+}
+
+/// Whether a client error is a [`NotLeader`] refusal (never worth a retry).
+pub fn is_not_leader(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Service(inner) if inner.is::<NotLeader>())
+}
+
+/// See [`Leadership::write_gate`].
+#[derive(Clone, Debug)]
+pub struct WriteGateLayer {
+    leadership: Leadership,
+}
+
+impl<S> tower::Layer<S> for WriteGateLayer {
+    type Service = WriteGate<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        WriteGate {
+            inner,
+            leadership: self.leadership.clone(),
+        }
+    }
+}
+
+/// The service [`WriteGateLayer`] makes.
+#[derive(Clone, Debug)]
+pub struct WriteGate<S> {
+    inner: S,
+    leadership: Leadership,
+}
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B> tower::Service<http::Request<B>> for WriteGate<S>
+where
+    S: tower::Service<http::Request<B>>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: From<NotLeader> + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let reads = matches!(
+            *req.method(),
+            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+        );
+        if reads || self.leadership.is_leader() {
+            return Box::pin(self.inner.call(req));
+        }
+        let refused = NotLeader {
+            method: req.method().to_string(),
+            path: req.uri().path().to_owned(),
+        };
+        tracing::warn!(method = %refused.method, path = %refused.path, "not the leader: write refused");
+        Box::pin(std::future::ready(Err(refused.into())))
     }
 }
 
@@ -774,6 +891,26 @@ mod tests {
         // Three renewals two seconds apart, then a step-down one second later.
         assert_eq!(start.elapsed(), Duration::from_secs(7));
         drop(renewer.await.unwrap());
+    }
+
+    /// A process stopped (SIGSTOP) past its renew deadline runs its tasks before its timer
+    /// driver notices: `lost()` must see the deadline on the clock, not wait for the timer.
+    #[tokio::test]
+    async fn lost_sees_the_deadline_before_the_timer_fires() {
+        let (_tx, rx) = watch::channel(State {
+            renewed: Some(Instant::now()),
+        });
+        let mut l = Leadership {
+            mode: Mode::Elected {
+                rx,
+                renew_deadline: Duration::from_millis(50),
+            },
+        };
+        let mut lost = std::pin::pin!(l.lost());
+        assert!(futures::poll!(lost.as_mut()).is_pending());
+        // Blocks the runtime's only thread, as a stopped process is: no timer is processed.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(futures::poll!(lost.as_mut()).is_ready());
     }
 
     #[tokio::test(start_paused = true)]

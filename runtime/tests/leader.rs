@@ -433,3 +433,75 @@ async fn no_election_means_always_leading() {
     );
     assert!(Leadership::always().is_leader());
 }
+
+/// A write planned while leading, then held in the client's rate limiter until the leadership
+/// has ended (a busy or frozen leader), is refused as it goes out; reads still go out; writes
+/// go out again only while leading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waiting_in_the_rate_limiter_is_refused_once_leadership_ended() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use ocm_runtime::client::{RateLimiter, leader_client};
+    use ocm_runtime::leader::is_not_leader;
+
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "leader-gate").await.unwrap();
+    let t = timings(3000, 2000, 500);
+    let a = Replica::start(admin.clone(), &ns, "replica-a", t);
+    eventually("replica-a leads", SLACK, || a.leads()).await;
+    // One request every 5 s: the second waits longer than the renew deadline.
+    let limiter = RateLimiter::new(0.2, 1).unwrap();
+    let gated = leader_client(
+        cp.config(None).unwrap(),
+        Some(&limiter),
+        "gate-test",
+        &a.leadership,
+    )
+    .unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(gated.clone(), &ns);
+    let map = |name: &str| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    maps.create(&PostParams::default(), &map("while-leading"))
+        .await
+        .unwrap();
+
+    let queued = tokio::spawn({
+        let maps = maps.clone();
+        let m = map("queued");
+        async move {
+            let r = maps.create(&PostParams::default(), &m).await;
+            (r, Instant::now())
+        }
+    });
+    // The elector dies while the write waits: leadership ends at the renew deadline.
+    let lost = lost_at(&a.leadership);
+    a.task.abort();
+    let (result, done) = queued.await.unwrap();
+    let lost = lost.await.unwrap();
+    assert!(
+        lost <= done,
+        "the write was done before leadership ended: the test proves nothing"
+    );
+    let err = result.expect_err("a write sent after leadership ended");
+    assert!(is_not_leader(&err), "{err}");
+    let check: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    assert!(check.get_opt("queued").await.unwrap().is_none());
+    assert!(check.get_opt("while-leading").await.unwrap().is_some());
+
+    // Reads are not gated; a write is refused before the rate limiter even matters.
+    let unthrottled =
+        leader_client(cp.config(None).unwrap(), None, "gate-test", &a.leadership).unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(unthrottled, &ns);
+    assert!(maps.get_opt("while-leading").await.unwrap().is_some());
+    let err = maps
+        .delete("while-leading", &DeleteParams::default())
+        .await
+        .expect_err("a delete while not leading");
+    assert!(is_not_leader(&err), "{err}");
+    assert!(check.get_opt("while-leading").await.unwrap().is_some());
+}

@@ -182,7 +182,9 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     let user_agent = concat!("placement-scheduler/", env!("CARGO_PKG_VERSION"));
     let config = ocm_runtime::client::load_config(args.client.kubeconfig.as_deref()).await?;
     let limiter = args.client.rate_limiter()?;
-    let client = ocm_runtime::client::client_with(config, limiter.as_ref(), user_agent)?;
+    // Reads and the debug endpoint's reviews; the controller's writes go through a client that
+    // sends them only while this replica leads (below).
+    let client = ocm_runtime::client::client_with(config.clone(), limiter.as_ref(), user_agent)?;
 
     let mut registry = prometheus_client::registry::Registry::default();
     if let Some(l) = &limiter {
@@ -210,16 +212,21 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
         tokio::spawn(server);
     }
 
-    let leader: Arc<dyn Leader> =
-        match args.leader.elector(client.clone(), "placement-scheduler")? {
-            Some(elector) => {
-                let leadership = elector.leadership();
-                tracing::info!(identity = elector.identity(), "leader election on");
-                tokio::spawn(elector.run(shutdown.clone()));
-                Arc::new(leadership)
-            }
-            None => Arc::new(controller::AlwaysLeader),
-        };
+    // The elector has a client of its own, outside the rate limit, so that a busy leader's
+    // renewals never queue behind its own writes (client-go's controllers do the same).
+    let elector_client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
+    let leadership = match args.leader.elector(elector_client, "placement-scheduler")? {
+        Some(elector) => {
+            let leadership = elector.leadership();
+            tracing::info!(identity = elector.identity(), "leader election on");
+            tokio::spawn(elector.run(shutdown.clone()));
+            leadership
+        }
+        None => ocm_runtime::Leadership::always(),
+    };
+    let writes =
+        ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
+    let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
 
     // Ready once every watch has listed; a standby is ready too (it keeps warm stores).
     tokio::spawn({
@@ -241,8 +248,24 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
         balance_delay: args.balance_delay,
         leader,
     };
-    controller::run(client, handle, options, shutdown).await;
-    Ok(())
+    // A replica that loses the lease exits, and its tasks with it (client-go's
+    // `OnStoppedLeading`): it comes back as a standby with fresh stores when restarted. Until
+    // the process is gone, every write is refused (the writer and the client check).
+    let mut deposed = leadership;
+    let run = controller::run(writes, handle, options, shutdown.clone());
+    tokio::pin!(run);
+    tokio::select! {
+        () = &mut run => Ok(()),
+        () = deposed.deposed() => {
+            if shutdown.peek().is_some() {
+                // Released on SIGTERM: a hand-over, not a loss.
+                run.await;
+                return Ok(());
+            }
+            tracing::error!("lost the leader lease: exiting");
+            Err("lost the leader lease".into())
+        }
+    }
 }
 
 /// The debug endpoint, bound and checked, ready to spawn: HTTPS with the given or a

@@ -14,7 +14,9 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
@@ -300,6 +302,7 @@ pub async fn run(
             next = options.debounce;
         }
         let mut failed = false;
+        let mut fence = Fence::new(&snap);
         for action in planned.actions {
             if !options.leader.is_leader() {
                 // Lost the lease mid-pass: the new leader plans again from its own view.
@@ -311,7 +314,7 @@ pub async fn run(
             let labels = ActionLabels {
                 action: kind.to_owned(),
             };
-            match execute(&client, settings, action).await {
+            match execute(&client, settings, action, &mut fence).await {
                 Ok(()) => {
                     handle.metrics.writes.get_or_create(&labels).inc();
                     if let (Some(c), Some(s)) = (cluster, step) {
@@ -527,7 +530,51 @@ fn exists(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
 }
 
-async fn execute(client: &Client, settings: &Settings, action: Action) -> Result<(), kube::Error> {
+/// What a pass's writes are preconditioned on: the objects as the plan saw them, and our own
+/// writes of them since. A status or spec patch carries the `resourceVersion`, a delete the
+/// `uid` (not one re-created meanwhile); a 409 fails the write and the next pass plans again,
+/// so a deposed leader cannot overwrite what a newer one wrote.
+struct Fence<'a> {
+    snap: &'a Snapshot,
+    /// The ClusterManagementAddOn's version, after our own writes of it in this pass.
+    cma: Option<String>,
+}
+
+impl<'a> Fence<'a> {
+    fn new(snap: &'a Snapshot) -> Self {
+        Self {
+            snap,
+            cma: snap
+                .cma
+                .as_ref()
+                .and_then(|c| c.metadata.resource_version.clone()),
+        }
+    }
+
+    fn wrote_cma(&mut self, c: &ClusterManagementAddOn) {
+        self.cma = c.metadata.resource_version.clone();
+    }
+
+    /// Delete only the object of `uid`.
+    fn delete_params<K: kube::Resource>(uid: Option<&Arc<K>>) -> DeleteParams {
+        DeleteParams {
+            preconditions: uid
+                .and_then(|o| o.meta().uid.clone())
+                .map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+            ..DeleteParams::default()
+        }
+    }
+}
+
+async fn execute(
+    client: &Client,
+    settings: &Settings,
+    action: Action,
+    fence: &mut Fence<'_>,
+) -> Result<(), kube::Error> {
     let apply = PatchParams::apply(MANAGER).force();
     let ignore_gone = |r: Result<(), kube::Error>| match r {
         Err(e) if gone(&e) => Ok(()),
@@ -540,7 +587,7 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
                 .await
             {
                 Err(e) if exists(&e) => Ok(()),
-                r => r.map(drop),
+                r => r.map(|c| fence.wrote_cma(&c)),
             }
         }
         Action::PatchCmaSupportedConfigs(configs) => {
@@ -548,10 +595,13 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
                 .patch(
                     &settings.addon,
                     &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"supportedConfigs": configs}})),
+                    &Patch::Merge(json!({
+                        "metadata": {"resourceVersion": fence.cma},
+                        "spec": {"supportedConfigs": configs},
+                    })),
                 )
                 .await
-                .map(drop)
+                .map(|c| fence.wrote_cma(&c))
         }
         Action::PatchCmaStatus {
             install_progressions,
@@ -561,10 +611,13 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
                 .patch_status(
                     &settings.addon,
                     &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {
-                        "installProgressions": install_progressions,
-                        "defaultconfigReferences": default_config_references,
-                    }})),
+                    &Patch::Merge(json!({
+                        "metadata": {"resourceVersion": fence.cma},
+                        "status": {
+                            "installProgressions": install_progressions,
+                            "defaultconfigReferences": default_config_references,
+                        },
+                    })),
                 )
                 .await
                 .map(drop),
@@ -581,7 +634,10 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
         }
         Action::DeleteMca { cluster } => ignore_gone(
             Api::<ManagedClusterAddOn>::namespaced(client.clone(), &cluster)
-                .delete(&settings.addon, &DeleteParams::default())
+                .delete(
+                    &settings.addon,
+                    &Fence::delete_params(fence.snap.mcas.get(&cluster)),
+                )
                 .await
                 .map(drop),
         ),
@@ -620,13 +676,19 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
         }
         Action::DeleteRole { cluster } => ignore_gone(
             Api::<Role>::namespaced(client.clone(), &cluster)
-                .delete(&settings.permission_name(), &DeleteParams::default())
+                .delete(
+                    &settings.permission_name(),
+                    &Fence::delete_params(fence.snap.roles.get(&cluster)),
+                )
                 .await
                 .map(drop),
         ),
         Action::DeleteRoleBinding { cluster } => ignore_gone(
             Api::<RoleBinding>::namespaced(client.clone(), &cluster)
-                .delete(&settings.permission_name(), &DeleteParams::default())
+                .delete(
+                    &settings.permission_name(),
+                    &Fence::delete_params(fence.snap.bindings.get(&cluster)),
+                )
                 .await
                 .map(drop),
         ),
@@ -639,7 +701,10 @@ async fn execute(client: &Client, settings: &Settings, action: Action) -> Result
         }
         Action::DeleteWork { cluster } => ignore_gone(
             Api::<ManifestWork>::namespaced(client.clone(), &cluster)
-                .delete(&settings.work_name(), &DeleteParams::default())
+                .delete(
+                    &settings.work_name(),
+                    &Fence::delete_params(fence.snap.works.get(&cluster)),
+                )
                 .await
                 .map(drop),
         ),

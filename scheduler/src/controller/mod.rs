@@ -6,7 +6,9 @@
 //! workers: Queue -> core::schedule (read lock) -> Writer (ordered writes, events, status)
 //! ```
 //!
-//! Only the leader's workers write; every replica keeps its stores warm.
+//! Only the leader's workers write; every replica keeps its stores warm. Each write is
+//! checked against leadership and preconditioned on the objects it was computed from (see
+//! [`writer`]); the binary exits when it loses the lease (see `main.rs`).
 
 pub mod metrics;
 pub mod queue;
@@ -528,9 +530,11 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
             .metrics
             .scheduling_duration
             .observe(started.elapsed().as_secs_f64());
-        (p, outcome)
+        // The writes are preconditioned on what this outcome was computed from.
+        let versions = writer::Versions::of(&st, &outcome);
+        (p, outcome, versions)
     };
-    let (placement, outcome) = scheduled;
+    let (placement, outcome, versions) = scheduled;
     let result = match outcome.status.code {
         Code::Success => "success",
         Code::Warning => "warning",
@@ -539,7 +543,7 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     };
     let written = ctx
         .writer
-        .apply(&ctx.handle.state, &placement, &outcome)
+        .apply(&ctx.handle.state, &placement, &outcome, versions)
         .await;
     // Decisions written through the cache may have moved other placements' Balance.
     if std::mem::take(&mut ctx.handle.state.write().balance_dirty) {
@@ -567,6 +571,15 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
                 ctx.queue
                     .add_at(key.clone(), tokio::time::Instant::now() + wait);
             }
+        }
+        Err(writer::WriteError::NotLeader(what)) => {
+            // The new leader schedules everything when it takes over.
+            tracing::info!(
+                namespace = key.0,
+                name = key.1,
+                what,
+                "not the leader any more; writes stopped"
+            );
         }
         Err(e) => {
             ctx.handle

@@ -1,8 +1,17 @@
 //! Applying an outcome to the hub: the planned PlacementDecision writes in order, their
 //! events, and the Placement status when it changed. Each call is retried with backoff on
-//! conflicts and transient errors; a write that still fails is returned, never dropped.
+//! throttling and transient errors; a write that still fails is returned, never dropped.
 //! What is written is put into the shared state at once (write-through), so a reschedule that
 //! runs before the watch event arrives does not plan the same writes again.
+//!
+//! Only the leader writes, and only what it computed from the objects as they still are:
+//!
+//! - leadership is checked before every attempt, retries included, and before every event (the
+//!   hub client checks it once more as each request goes out, after the rate limiter's wait);
+//! - every patch and delete of an existing object carries the `resourceVersion` (deletes also
+//!   the `uid`) of the object the outcome was computed from, or of our own write of it since.
+//!   A 409 Conflict means someone else (a newer leader, a user) wrote it meanwhile: the write
+//!   is not retried with the same body; the placement is scheduled again from the new state.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,13 +20,14 @@ use backon::{ExponentialBuilder, Retryable};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client, Resource};
 use ocm_api::{Placement, PlacementDecision};
+use ocm_runtime::leader::{NotLeader, is_not_leader};
 use serde_json::json;
 use thiserror::Error;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::Leader;
 use super::metrics::Metrics;
@@ -47,13 +57,70 @@ pub struct Writer {
     leader: Arc<dyn Leader>,
 }
 
-/// Conflicts, throttling, server errors and connection failures are worth another try.
+/// Throttling, server errors and connection failures are worth another try. A conflict is
+/// not: our precondition failed, so the body was computed from an outdated object.
 fn transient(e: &kube::Error) -> bool {
     match e {
-        kube::Error::Api(s) => s.code == 409 || s.code == 429 || s.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::Service(_) => !is_not_leader(e),
+        kube::Error::HyperError(_) => true,
         _ => false,
     }
+}
+
+/// The `resourceVersion` and `uid` of the PlacementDecisions an outcome was computed from, by
+/// name; our own writes update it. Taken under the same read lock as the schedule.
+#[derive(Clone, Debug, Default)]
+pub struct Versions(BTreeMap<String, (String, String)>);
+
+impl Versions {
+    /// The versions of the decisions `outcome` writes, as `state` has them.
+    pub fn of(state: &super::state::State, outcome: &Outcome) -> Self {
+        let mut out = BTreeMap::new();
+        for pw in &outcome.writes {
+            let name = pw.write.decision_name();
+            if let Some(d) = state.snapshot.decision(&outcome.namespace, name)
+                && let (Some(rv), Some(uid)) = (&d.metadata.resource_version, &d.metadata.uid)
+            {
+                out.insert(name.to_owned(), (rv.clone(), uid.clone()));
+            }
+        }
+        Self(out)
+    }
+
+    fn resource_version(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(|(rv, _)| rv.as_str())
+    }
+
+    fn wrote(&mut self, d: &PlacementDecision) {
+        if let (Some(name), Some(rv), Some(uid)) = (
+            &d.metadata.name,
+            &d.metadata.resource_version,
+            &d.metadata.uid,
+        ) {
+            self.0.insert(name.clone(), (rv.clone(), uid.clone()));
+        }
+    }
+
+    /// Delete preconditions: the object we computed from, not one re-created since.
+    fn preconditions(&self, name: &str) -> Option<Preconditions> {
+        self.0.get(name).map(|(rv, uid)| Preconditions {
+            resource_version: Some(rv.clone()),
+            uid: Some(uid.clone()),
+        })
+    }
+}
+
+/// A merge patch body `{"metadata": {"resourceVersion": rv}, ...body}`: the apiserver applies
+/// it only to that version (409 otherwise).
+fn preconditioned(mut body: serde_json::Value, rv: Option<&str>) -> serde_json::Value {
+    if let (Some(rv), Some(o)) = (rv, body.as_object_mut()) {
+        let meta = o.entry("metadata").or_insert_with(|| json!({}));
+        if let Some(m) = meta.as_object_mut() {
+            m.insert("resourceVersion".into(), json!(rv));
+        }
+    }
+    body
 }
 
 fn backoff() -> ExponentialBuilder {
@@ -93,19 +160,32 @@ impl Writer {
         }
     }
 
-    /// Runs one API call with retries, counting it by verb and result.
+    /// Runs one API call with retries, counting it by verb and result. Leadership is checked
+    /// before every attempt: a retry after the lease ran out is not sent.
     async fn call<T, F, Fut>(
         &self,
         verb: &'static str,
         resource: &'static str,
         what: &str,
-        f: F,
+        mut f: F,
     ) -> Result<T, WriteError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
-        let result = f
+        let attempt = || {
+            let call = self.leader.is_leader().then(&mut f);
+            async move {
+                match call {
+                    Some(call) => call.await,
+                    None => Err(kube::Error::Service(Box::new(NotLeader {
+                        method: verb.to_owned(),
+                        path: what.to_owned(),
+                    }))),
+                }
+            }
+        };
+        let result = attempt
             .retry(backoff())
             .when(|e| transient(e) && !already_exists(e))
             .notify(|e, d| tracing::debug!(verb, what, error = %e, after = ?d, "retrying"))
@@ -114,24 +194,36 @@ impl Writer {
             Ok(_) => "success",
             Err(e) if not_found(e) => "not_found",
             Err(e) if already_exists(e) => "already_exists",
+            Err(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Err(e) if is_not_leader(e) => "not_leader",
             Err(_) => "error",
         };
         self.metrics.api_write(verb, resource, outcome);
-        result.map_err(|source| WriteError::Api {
-            verb,
-            what: what.to_owned(),
-            source,
+        result.map_err(|source| {
+            if is_not_leader(&source) {
+                WriteError::NotLeader(what.to_owned())
+            } else {
+                WriteError::Api {
+                    verb,
+                    what: what.to_owned(),
+                    source,
+                }
+            }
         })
     }
 
     /// Applies the outcome's writes and the Placement status. Returns the placements to
     /// schedule again: the Placement read back from the status write may carry a spec change
     /// whose own watch event is then no news to the cache.
+    ///
+    /// `versions` are the decisions' versions the outcome was computed from
+    /// ([`Versions::of`]); the Placement's is `placement`'s.
     pub async fn apply(
         &self,
         state: &Shared,
         placement: &Placement,
         outcome: &Outcome,
+        mut versions: Versions,
     ) -> Result<BTreeSet<Key>, WriteError> {
         let mut again = BTreeSet::new();
         let ns = &outcome.namespace;
@@ -140,12 +232,13 @@ impl Writer {
             let name = pw.write.decision_name().to_owned();
             let what = format!("PlacementDecision {ns}/{name}");
             self.check_leader(&what)?;
-            let written = self.write(&decisions, pw, &what).await?;
+            let written = self.write(&decisions, pw, &what, &versions).await?;
             {
                 let mut st = state.write();
                 // Through the same path as a watch event, so that Balance users hear of it.
                 match written {
                     Some(d) => {
+                        versions.wrote(&d);
                         st.apply_decision(d);
                     }
                     None => {
@@ -159,7 +252,10 @@ impl Writer {
             let what = format!("Placement {ns}/{}", outcome.name);
             self.check_leader(&what)?;
             let placements: Api<Placement> = Api::namespaced(self.client.clone(), ns);
-            let body = json!({"status": outcome.placement_status});
+            let body = preconditioned(
+                json!({"status": outcome.placement_status}),
+                placement.metadata.resource_version.as_deref(),
+            );
             let (pp, patch) = (PatchParams::default(), Patch::Merge(&body));
             let patched = self
                 .call("patch", "placements/status", &what, || {
@@ -184,6 +280,7 @@ impl Writer {
         api: &Api<PlacementDecision>,
         pw: &PlannedWrite,
         what: &str,
+        versions: &Versions,
     ) -> Result<Option<PlacementDecision>, WriteError> {
         let pp = PatchParams::default();
         match &pw.write {
@@ -192,31 +289,37 @@ impl Writer {
                 let mut body = (**d).clone();
                 let status = body.status.take();
                 let post = PostParams::default();
-                let created = match self
+                // The object as it is now, and whether we created it.
+                let (current, created) = match self
                     .call("create", "placementdecisions", what, || {
                         api.create(&post, &body)
                     })
                     .await
                 {
-                    Ok(c) => Some(c),
+                    Ok(c) => (c, true),
                     // Our cache was behind: the object exists; make its labels and status ours.
                     Err(WriteError::Api { source, .. }) if already_exists(&source) => {
                         let labels = json!({"metadata": {"labels": body.metadata.labels}});
                         let patch = Patch::Merge(&labels);
-                        self.call("patch", "placementdecisions", what, || {
-                            api.patch(name, &pp, &patch)
-                        })
-                        .await?;
-                        None
+                        let patched = self
+                            .call("patch", "placementdecisions", what, || {
+                                api.patch(name, &pp, &patch)
+                            })
+                            .await?;
+                        (patched, false)
                     }
                     Err(e) => return Err(e),
                 };
                 // The apiserver drops status on create; an empty one needs no write.
                 let empty = status.as_ref().is_none_or(|s| s.decisions.is_empty());
-                if let (Some(c), true) = (&created, empty) {
-                    return Ok(Some(c.clone()));
+                if created && empty {
+                    return Ok(Some(current));
                 }
-                let status = json!({"status": status});
+                // The status goes onto the object just written, not onto a newer one.
+                let status = preconditioned(
+                    json!({"status": status}),
+                    current.metadata.resource_version.as_deref(),
+                );
                 let patch = Patch::Merge(&status);
                 let written = self
                     .call("patch", "placementdecisions/status", what, || {
@@ -227,7 +330,8 @@ impl Writer {
             }
             Write::Status { name, status } => {
                 // A merge patch replaces the decisions list as a whole.
-                let body = json!({"status": status});
+                let body =
+                    preconditioned(json!({"status": status}), versions.resource_version(name));
                 let patch = Patch::Merge(&body);
                 let written = self
                     .call("patch", "placementdecisions/status", what, || {
@@ -237,7 +341,10 @@ impl Writer {
                 Ok(Some(written))
             }
             Write::Labels { name, labels } => {
-                let body = json!({"metadata": {"labels": labels}});
+                let body = preconditioned(
+                    json!({"metadata": {"labels": labels}}),
+                    versions.resource_version(name),
+                );
                 let patch = Patch::Merge(&body);
                 let written = self
                     .call("patch", "placementdecisions", what, || {
@@ -247,7 +354,10 @@ impl Writer {
                 Ok(Some(written))
             }
             Write::Delete { name } => {
-                let dp = DeleteParams::default();
+                let dp = DeleteParams {
+                    preconditions: versions.preconditions(name),
+                    ..DeleteParams::default()
+                };
                 match self
                     .call("delete", "placementdecisions", what, || {
                         api.delete(name, &dp)
@@ -274,6 +384,14 @@ impl Writer {
         let ns = placement.metadata.namespace.clone().unwrap_or_default();
         let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &ns);
         for e in to_emit {
+            if !self.leader.is_leader() {
+                tracing::debug!(
+                    reason = e.reason,
+                    "not the leader any more: event not published"
+                );
+                self.metrics.api_write("create", "events", "not_leader");
+                continue;
+            }
             let now = jiff::Timestamp::now();
             let related = (!e.decision.is_empty()).then(|| ObjectReference {
                 api_version: Some(PlacementDecision::api_version(&()).into_owned()),
@@ -313,7 +431,11 @@ impl Writer {
             self.metrics.api_write(
                 "create",
                 "events",
-                if result.is_ok() { "success" } else { "error" },
+                match &result {
+                    Ok(_) => "success",
+                    Err(e) if is_not_leader(e) => "not_leader",
+                    Err(_) => "error",
+                },
             );
             if let Err(err) = result {
                 tracing::warn!(reason = e.reason, error = %err, "publishing an event failed");
@@ -323,3 +445,44 @@ impl Writer {
 }
 
 const REPORTER: &str = ocm_api::wellknown::placement_event::REPORTING_CONTROLLER;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("test", reason)
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn a_precondition_goes_into_the_patch_body() {
+        let body = preconditioned(json!({"status": {"decisions": []}}), Some("42"));
+        assert_eq!(
+            body,
+            json!({"metadata": {"resourceVersion": "42"}, "status": {"decisions": []}})
+        );
+        let labels = preconditioned(json!({"metadata": {"labels": {"a": "b"}}}), Some("7"));
+        assert_eq!(
+            labels,
+            json!({"metadata": {"labels": {"a": "b"}, "resourceVersion": "7"}})
+        );
+        let unknown = preconditioned(json!({"status": {}}), None);
+        assert_eq!(unknown, json!({"status": {}}));
+    }
+
+    #[test]
+    fn conflicts_and_refusals_are_not_retried() {
+        assert!(!transient(&api_error(409, "Conflict")));
+        assert!(!transient(&kube::Error::Service(Box::new(NotLeader {
+            method: "PATCH".into(),
+            path: "/x".into(),
+        }))));
+        assert!(transient(&api_error(429, "TooManyRequests")));
+        assert!(transient(&api_error(503, "ServiceUnavailable")));
+        assert!(!transient(&api_error(404, "NotFound")));
+    }
+}
