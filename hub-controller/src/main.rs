@@ -224,18 +224,11 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     // The elector has a client of its own, outside the rate limit, so that renewals never
     // queue behind the pass's writes; the manager's client sends writes only while leading.
     let elector_client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
-    let leadership = match args
-        .leader
-        .elector(elector_client, &format!("{}-manager", args.addon_name))?
-    {
-        Some(elector) => {
-            let leadership = elector.leadership();
-            tracing::info!(identity = elector.identity(), "leader election on");
-            tokio::spawn(elector.run(shutdown.clone()));
-            leadership
-        }
-        None => ocm_runtime::Leadership::always(),
-    };
+    let leadership = args.leader.start(
+        elector_client,
+        &format!("{}-manager", args.addon_name),
+        shutdown.clone(),
+    )?;
     let client =
         ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
@@ -271,23 +264,11 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
         resync: args.resync_period,
         leader,
     };
-    // A replica that loses the lease exits (its pass is dropped with it) and comes back as a
-    // standby when restarted, as the scheduler and the scorer do.
-    let mut deposed = leadership;
+    // A replica that loses the lease exits (client-go's `OnStoppedLeading`) and comes back as
+    // a standby when restarted; until the process is gone, the client refuses every write.
     let run = controller::run(client, handle, options, shutdown.clone());
-    tokio::pin!(run);
-    tokio::select! {
-        () = &mut run => Ok(()),
-        () = deposed.deposed() => {
-            if shutdown.peek().is_some() {
-                // Released on SIGTERM: a hand-over, not a loss.
-                run.await;
-                return Ok(());
-            }
-            tracing::error!("lost the leader lease: exiting");
-            Err("lost the leader lease".into())
-        }
-    }
+    ocm_runtime::run_until_deposed(run, leadership, || shutdown.peek().is_some()).await?;
+    Ok(())
 }
 
 async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {

@@ -5,6 +5,8 @@
 //! event and a log line naming the reason, once. One good request in the same run is
 //! approved, so the test cannot pass by approving nothing.
 
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -13,7 +15,6 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use ocm_api::ManagedCluster;
 use ocm_api::addon::v1alpha1::ManagedClusterAddOn;
 use resource_usage_hub::manager::registration::{default_groups, default_user};
 use serde_json::json;
@@ -79,18 +80,7 @@ async fn allow_csr_create(client: &Client, name: &str, kind: &str, subject: &str
 
 /// A managed cluster the hub accepts, its namespace, and this add-on on it.
 async fn cluster_with_addon(client: &Client, prefix: &str) -> String {
-    let name = testenv::namespace(client, prefix).await.expect("namespace");
-    let c: ManagedCluster = serde_json::from_value(json!({
-        "apiVersion": "cluster.open-cluster-management.io/v1",
-        "kind": "ManagedCluster",
-        "metadata": {"name": name},
-        "spec": {"hubAcceptsClient": true}
-    }))
-    .expect("a cluster");
-    Api::<ManagedCluster>::all(client.clone())
-        .create(&PostParams::default(), &c)
-        .await
-        .expect("create cluster");
+    let name = common::accepted_cluster(client, prefix).await;
     let mca: ManagedClusterAddOn = serde_json::from_value(json!({
         "apiVersion": "addon.open-cluster-management.io/v1alpha1",
         "kind": "ManagedClusterAddOn",

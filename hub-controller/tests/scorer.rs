@@ -211,13 +211,6 @@ impl Drop for Process {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 fn scores_of(s: &AddOnPlacementScore) -> BTreeMap<String, i32> {
     s.status
         .iter()
@@ -351,7 +344,7 @@ async fn scores_from_fleet_metrics_expire_when_stale_and_survive_an_outage() {
     std::fs::create_dir_all(&dir).expect("dir");
     let kubeconfig = dir.join("kubeconfig");
     cp.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let port = free_port();
+    let port = testenv::free_port();
     let scorer = Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
         .args([
             "scorer",
@@ -552,10 +545,10 @@ async fn a_forged_series_for_another_cluster_changes_nothing() {
             .map(Process)
             .expect("scorer")
     };
-    let port = free_port();
+    let port = testenv::free_port();
     let _spoke_label = spawn(port, &[]);
     let _hub_label = spawn(
-        free_port(),
+        testenv::free_port(),
         &["--cluster-label=tenant", &format!("--score-name={TRUSTED}")],
     );
     let trusted = |cluster: &str| {
@@ -753,7 +746,7 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
             .map(Process)
             .expect("scorer")
     };
-    let ports = [free_port(), free_port()];
+    let ports = [testenv::free_port(), testenv::free_port()];
     let mut replicas = [Some(spawn(ports[0])), Some(spawn(ports[1]))];
     for port in ports {
         eventually("both ready (the standby too)", DEADLINE, || async {

@@ -89,6 +89,52 @@ impl LeaderArgs {
         )
         .map(Some)
     }
+
+    /// Starts the election these flags ask for on `elector_client` and returns its leadership
+    /// ([`Leadership::always`] with `--leader-elect=false`). Give the elector a client of its
+    /// own, outside any rate limit, so that a busy leader's renewals never queue behind its own
+    /// writes (client-go's controllers do the same); the Lease is released when `shutdown`
+    /// resolves.
+    pub fn start(
+        &self,
+        elector_client: kube::Client,
+        lease_name: &str,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<Leadership, LeaderError> {
+        Ok(match self.elector(elector_client, lease_name)? {
+            Some(elector) => {
+                let leadership = elector.leadership();
+                tracing::info!(identity = elector.identity(), "leader election on");
+                tokio::spawn(elector.run(shutdown));
+                leadership
+            }
+            None => Leadership::always(),
+        })
+    }
+}
+
+/// Runs `work` until it ends, or until this replica is deposed: then it fails with
+/// [`LeaderError::Deposed`] and the caller exits, dropping its tasks with it (client-go's
+/// `OnStoppedLeading`); it comes back as a standby with fresh stores when restarted. A Lease
+/// released because the process is stopping (`stopping()` is true) is a hand-over, not a loss:
+/// `work` is then awaited to its end.
+pub async fn run_until_deposed(
+    work: impl Future<Output = ()>,
+    mut leadership: Leadership,
+    stopping: impl Fn() -> bool,
+) -> Result<(), LeaderError> {
+    tokio::pin!(work);
+    tokio::select! {
+        () = &mut work => Ok(()),
+        () = leadership.deposed() => {
+            if stopping() {
+                work.await;
+                return Ok(());
+            }
+            tracing::error!("lost the leader lease: exiting");
+            Err(LeaderError::Deposed)
+        }
+    }
 }
 
 /// A duration flag: `15s`, `1m30s`, `500ms`, ISO 8601 (`PT15S`), or a bare number of seconds.
@@ -175,6 +221,8 @@ pub enum LeaderError {
     Timings(String),
     #[error("the leader election identity must not be empty")]
     Identity,
+    #[error("lost the leader lease")]
+    Deposed,
 }
 
 /// `<hostname>_<random>`, like client-go's `hostname_uuid`: in a pod the hostname is the pod's

@@ -31,20 +31,20 @@
 //! let registry = Arc::new(prometheus_client::registry::Registry::default());
 //! let listener = cli.serve.bind().await?;
 //! tokio::spawn(ocm_runtime::serve_metrics(listener, registry, health.clone(), shutdown.clone()));
-//! let mut leadership = match cli.leader.elector(client.clone(), "placement-scheduler")? {
-//!     Some(elector) => {
-//!         let leadership = elector.leadership();
-//!         tokio::spawn(elector.run(shutdown.clone()));
-//!         leadership
-//!     }
-//!     None => ocm_runtime::Leadership::always(),
-//! };
+//! // The elector gets a client of its own, so renewals never queue behind the writes.
+//! let leadership = cli.leader.start(client.clone(), "placement-scheduler", shutdown.clone())?;
 //! health.set_ready(true); // a standby is ready too: it is doing its job, waiting
-//! leadership.wait_leader().await;
-//! tokio::select! {
-//!     _ = leadership.lost() => {}  // stop writing; the process exits and restarts as standby
-//!     _ = shutdown => {}
-//! }
+//! let writes = ocm_runtime::client::leader_client(
+//!     ocm_runtime::client::load_config(cli.client.kubeconfig.as_deref()).await?,
+//!     None,
+//!     "placement-scheduler/0.1.0",
+//!     &leadership,
+//! )?; // refuses every write while this replica does not lead
+//! let mut waiting = leadership.clone();
+//! waiting.wait_leader().await;
+//! let work = async move { let _ = writes; /* the controllers */ };
+//! // Exits with an error once deposed (the process restarts as a standby).
+//! ocm_runtime::run_until_deposed(work, leadership, || shutdown.peek().is_some()).await?;
 //! # Ok(()) }
 //! ```
 
@@ -57,7 +57,9 @@ pub mod shutdown;
 pub mod tls;
 
 pub use client::{ClientArgs, ClientError, RateLimiter, client};
-pub use leader::{LeaderArgs, LeaderElector, LeaderError, LeaderTimings, Leadership};
+pub use leader::{
+    LeaderArgs, LeaderElector, LeaderError, LeaderTimings, Leadership, run_until_deposed,
+};
 pub use logging::{LogArgs, LogError, LogFormat};
 pub use metrics::{Health, ServeArgs, ServeError, serve_metrics};
 pub use shutdown::signal;

@@ -215,15 +215,9 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     // The elector has a client of its own, outside the rate limit, so that a busy leader's
     // renewals never queue behind its own writes (client-go's controllers do the same).
     let elector_client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
-    let leadership = match args.leader.elector(elector_client, "placement-scheduler")? {
-        Some(elector) => {
-            let leadership = elector.leadership();
-            tracing::info!(identity = elector.identity(), "leader election on");
-            tokio::spawn(elector.run(shutdown.clone()));
-            leadership
-        }
-        None => ocm_runtime::Leadership::always(),
-    };
+    let leadership = args
+        .leader
+        .start(elector_client, "placement-scheduler", shutdown.clone())?;
     let writes =
         ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
@@ -248,24 +242,11 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
         balance_delay: args.balance_delay,
         leader,
     };
-    // A replica that loses the lease exits, and its tasks with it (client-go's
-    // `OnStoppedLeading`): it comes back as a standby with fresh stores when restarted. Until
-    // the process is gone, every write is refused (the writer and the client check).
-    let mut deposed = leadership;
+    // A replica that loses the lease exits (client-go's `OnStoppedLeading`) and comes back as
+    // a standby when restarted; until the process is gone, the client refuses every write.
     let run = controller::run(writes, handle, options, shutdown.clone());
-    tokio::pin!(run);
-    tokio::select! {
-        () = &mut run => Ok(()),
-        () = deposed.deposed() => {
-            if shutdown.peek().is_some() {
-                // Released on SIGTERM: a hand-over, not a loss.
-                run.await;
-                return Ok(());
-            }
-            tracing::error!("lost the leader lease: exiting");
-            Err("lost the leader lease".into())
-        }
-    }
+    ocm_runtime::run_until_deposed(run, leadership, || shutdown.peek().is_some()).await?;
+    Ok(())
 }
 
 /// The debug endpoint, bound and checked, ready to spawn: HTTPS with the given or a

@@ -10,15 +10,6 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
-/// A free loopback port.
-fn port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn get(url: &str) -> Option<(u16, String)> {
     use http_body_util::BodyExt;
     let uri: hyper::Uri = url.parse().ok()?;
@@ -49,7 +40,7 @@ async fn the_controller_binary_schedules_and_stops_on_sigterm() {
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     cp.write_kubeconfig(&kubeconfig).unwrap();
-    let metrics = port();
+    let metrics = testenv::free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
         .args([
             "controller",
@@ -114,15 +105,6 @@ async fn the_controller_binary_schedules_and_stops_on_sigterm() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The scheduler's RBAC (`charts/ocm-placement/files/scheduler-rbac.yaml`) for `sa` in `ns`,
-/// applied.
-async fn apply_rbac(client: &kube::Client, ns: &str, sa: &str) {
-    let text = include_str!("../../charts/ocm-placement/files/scheduler-rbac.yaml")
-        .replace("{{NAMESPACE}}", ns)
-        .replace("{{SUBJECT}}", sa);
-    testenv::apply_yaml(client, &text, ns).await.unwrap();
-}
-
 /// The binary as an identity bound to the chart's `files/scheduler-rbac.yaml` only, with leader election:
 /// it schedules, writes decisions, status and events, and is refused the rest.
 #[tokio::test]
@@ -130,20 +112,11 @@ async fn the_controller_runs_with_its_least_privilege() {
     use kube::api::{Api, ListParams};
     let hub = Hub::without_controller("pl-rbac").await;
     hub.clusters(&["a", "b"], json!({})).await;
-    let cp = testenv::shared().await;
-    let sa = "placement-scheduler";
-    apply_rbac(&hub.client, &hub.ns, sa).await;
-    let user = format!("system:serviceaccount:{}:{sa}", hub.ns);
-    let groups = [
-        "system:serviceaccounts".to_owned(),
-        format!("system:serviceaccounts:{}", hub.ns),
-    ];
-    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
     let dir = std::env::temp_dir().join(format!("pl-rbac-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).unwrap();
-    let metrics = port();
+    let account = common::as_scheduler_account(&hub, "placement-scheduler", &dir).await;
+    let kubeconfig = account.kubeconfig;
+    let metrics = testenv::free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
         .args([
             "controller",
@@ -178,7 +151,7 @@ async fn the_controller_runs_with_its_least_privilege() {
     let _ = child.wait();
 
     // What the identity may not do.
-    let me = cp.client_as(&user, &g).unwrap();
+    let me = account.client;
     let forbidden =
         |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
     assert!(forbidden(

@@ -1227,15 +1227,6 @@ async fn reviews_the_server_may_not_make_are_server_errors() {
 // The binary's debug endpoint: how it is served (TLS by default, certificate reload, plain
 // HTTP only on loopback), as the chart's scheduler identity
 
-/// A free loopback port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The identity the chart gives the scheduler (`files/scheduler-rbac.yaml`), set up once for
 /// this test binary (its ClusterRoleBinding has one subject): user and groups.
 async fn chart_identity() -> &'static (String, Vec<String>) {
@@ -1289,7 +1280,10 @@ async fn scheduler_process(ns: &str, debug_args: &[String]) -> Process {
         .args(["controller", "--leader-elect=false", "--log-format", "json"])
         .arg("--kubeconfig")
         .arg(&kubeconfig)
-        .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
+        .arg(format!(
+            "--metrics-bind-address=127.0.0.1:{}",
+            testenv::free_port()
+        ))
         .arg(format!("--namespaces={ns}"))
         .args(debug_args)
         .stdout(std::process::Stdio::null())
@@ -1480,7 +1474,9 @@ async fn the_binary_serves_its_debug_endpoint_over_tls_by_default() {
     grant(&admin, &ns, "reader", &["get"]).await;
     let nobody = service_account(&admin, &ns, "nobody").await;
     stored(&admin, &ns).await;
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", testenv::free_port())
+        .parse()
+        .unwrap();
     let process = scheduler_process(&ns, &[format!("--debug-bind-address={addr}")]).await;
     process
         .log_line("the debug endpoint serving", |v| {
@@ -1558,7 +1554,9 @@ async fn the_binary_serves_replaced_certificate_files_to_new_connections() {
     let new = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
     replace_file(&cert, &old.cert.pem());
     replace_file(&key, &old.signing_key.serialize_pem());
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", testenv::free_port())
+        .parse()
+        .unwrap();
     let process = scheduler_process(
         &ns,
         &[
@@ -1615,7 +1613,7 @@ async fn plain_http_is_served_only_on_loopback() {
         &ns,
         &[
             "--debug-insecure-loopback".to_owned(),
-            format!("--debug-bind-address=0.0.0.0:{}", free_port()),
+            format!("--debug-bind-address=0.0.0.0:{}", testenv::free_port()),
         ],
     )
     .await;
@@ -1626,7 +1624,9 @@ async fn plain_http_is_served_only_on_loopback() {
         "{log}"
     );
 
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", testenv::free_port())
+        .parse()
+        .unwrap();
     let process = scheduler_process(
         &ns,
         &[

@@ -93,15 +93,6 @@ async fn only_the_leader_writes_and_a_standby_takes_over() {
     eprintln!("the standby took over after {:?}", died.elapsed());
 }
 
-/// A free loopback port.
-fn port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Sends `signal` (`STOP`, `CONT`, `KILL`) to a child process.
 fn signal(child: &Child, signal: &str) {
     let status = Command::new("kill")
@@ -178,7 +169,6 @@ async fn events_of(hub: &Hub, instance: &str) -> Vec<String> {
 async fn a_deposed_leader_writes_nothing_and_exits() {
     const PLACEMENTS: usize = 8;
     let hub = Hub::without_controller("pl-deposed").await;
-    let cp = testenv::shared().await;
     hub.clusters(&["a", "b"], json!({"pick": "yes"})).await;
     hub.clusters(&["c", "d"], json!({})).await;
     let names: Vec<String> = (0..PLACEMENTS).map(|i| format!("p{i}")).collect();
@@ -191,23 +181,10 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
     }
 
     // Both replicas run as the chart's scheduler service account.
-    let sa = "placement-scheduler";
-    let rbac = include_str!("../../charts/ocm-placement/files/scheduler-rbac.yaml")
-        .replace("{{NAMESPACE}}", &hub.ns)
-        .replace("{{SUBJECT}}", sa);
-    testenv::apply_yaml(&hub.client, &rbac, &hub.ns)
-        .await
-        .unwrap();
-    let user = format!("system:serviceaccount:{}:{sa}", hub.ns);
-    let groups = [
-        "system:serviceaccounts".to_owned(),
-        format!("system:serviceaccounts:{}", hub.ns),
-    ];
-    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
     let dir = std::env::temp_dir().join(format!("pl-deposed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).unwrap();
+    let account = common::as_scheduler_account(&hub, "placement-scheduler", &dir).await;
+    let kubeconfig = account.kubeconfig;
     let start = |instance: &str, extra: &[&str]| {
         let log = std::fs::File::create(dir.join(format!("{instance}.log"))).unwrap();
         Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
@@ -221,7 +198,10 @@ async fn a_deposed_leader_writes_nothing_and_exits() {
                 "--leader-election-retry-period=500ms",
                 "--balance-delay=1h",
             ])
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{}", port())])
+            .args([
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{}", testenv::free_port()),
+            ])
             .args(["--namespaces", &hub.ns])
             .args(extra)
             .env("POD_NAME", instance)

@@ -342,3 +342,34 @@ impl Hub {
         .await
     }
 }
+
+/// A service account bound to exactly the chart's scheduler RBAC.
+pub struct SchedulerAccount {
+    /// A kubeconfig file that authenticates as it (user and groups), for a binary to run as it.
+    pub kubeconfig: std::path::PathBuf,
+    /// A client that is it, for what it may not do.
+    pub client: Client,
+}
+
+/// The chart's scheduler RBAC (`charts/ocm-placement/files/scheduler-rbac.yaml`) for the service
+/// account `sa` of the hub's namespace, applied, and that account's kubeconfig (written in
+/// `dir`) and client.
+pub async fn as_scheduler_account(hub: &Hub, sa: &str, dir: &std::path::Path) -> SchedulerAccount {
+    let rbac = include_str!("../../../charts/ocm-placement/files/scheduler-rbac.yaml")
+        .replace("{{NAMESPACE}}", &hub.ns)
+        .replace("{{SUBJECT}}", sa);
+    testenv::apply_yaml(&hub.client, &rbac, &hub.ns)
+        .await
+        .expect("the scheduler's RBAC");
+    let user = format!("system:serviceaccount:{}:{sa}", hub.ns);
+    let groups = [
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{}", hub.ns),
+    ];
+    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let kubeconfig = dir.join("kubeconfig");
+    let cp = testenv::shared().await;
+    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).expect("kubeconfig");
+    let client = cp.client_as(&user, &g).expect("a client as the account");
+    SchedulerAccount { kubeconfig, client }
+}

@@ -35,6 +35,15 @@ pub use crds::{install_crds, namespace, upstream_crds};
 pub use pki::{ClientCertificate, certificate_request, certificate_request_der, pem_encode};
 pub use prometheus::{Exporter, Prometheus};
 
+/// A loopback port that was free when picked, for a process the test starts (it may be taken
+/// before that process binds it; tests that cannot retry pick it just before the start).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
 use std::path::PathBuf;
 
 /// Everything that can go wrong starting or using a control plane.
