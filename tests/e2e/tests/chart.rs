@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::ClusterRole;
@@ -90,6 +93,20 @@ fn lints_renders_and_checks_its_values() {
             "Role",
             "open-cluster-management:placement-scheduler:leader-election",
         ),
+        // The agent's hub permission, bound per cluster by the manager, and the admission
+        // policy that limits what the manager may create.
+        (
+            "ClusterRole",
+            "open-cluster-management:resource-usage-collect:agent-hub",
+        ),
+        (
+            "ValidatingAdmissionPolicy",
+            "ocm-placement-resource-usage-collect-manager",
+        ),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "ocm-placement-resource-usage-collect-manager",
+        ),
     ] {
         assert!(
             k.contains(&(want.0.to_owned(), want.1.to_owned())),
@@ -98,6 +115,11 @@ fn lints_renders_and_checks_its_values() {
     }
     assert!(!k.iter().any(|(kind, _)| kind == "CustomResourceDefinition"));
     assert!(!k.iter().any(|(_, n)| n.contains("scorer")));
+    let scheduler = args_of(&docs, "placement-scheduler");
+    assert!(
+        scheduler.iter().any(|x| x == "--max-score-validity=10m"),
+        "{scheduler:?}"
+    );
     let manager = args_of(&docs, "resource-usage-hub-manager");
     for a in [
         "manager",
@@ -341,6 +363,18 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
         .get("open-cluster-management:placement-scheduler")
         .await
         .expect("scheduler role");
+    roles
+        .get("open-cluster-management:resource-usage-collect:agent-hub")
+        .await
+        .expect("the agent's hub role");
+    let policies = Api::<ValidatingAdmissionPolicy>::all(client.clone());
+    let policy_bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    let policy = "ocm-placement-resource-usage-collect-manager";
+    policies.get(policy).await.expect("the manager's policy");
+    policy_bindings
+        .get(policy)
+        .await
+        .expect("the manager's policy binding");
 
     // Upgrade: fewer scheduler replicas, the scorer on.
     run(
@@ -394,6 +428,13 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
                 .await
                 .ok()?
                 .is_none()
+            && roles
+                .get_opt("open-cluster-management:resource-usage-collect:agent-hub")
+                .await
+                .ok()?
+                .is_none()
+            && policies.get_opt(policy).await.ok()?.is_none()
+            && policy_bindings.get_opt(policy).await.ok()?.is_none()
             && Api::<Placement>::namespaced(client.clone(), &ns)
                 .list(&Default::default())
                 .await
