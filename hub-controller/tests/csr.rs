@@ -216,16 +216,10 @@ async fn hostile_requests_are_never_approved_and_each_is_reported_once() {
     testenv::apply_yaml(&admin, &rbac, &system)
         .await
         .expect("the manager's RBAC");
-    let manager_user = format!("system:serviceaccount:{system}:{sa}");
-    let manager_groups = [
-        "system:serviceaccounts".to_owned(),
-        format!("system:serviceaccounts:{system}"),
-    ];
-    let mg: Vec<&str> = manager_groups.iter().map(String::as_str).collect();
     let dir = std::env::temp_dir().join(format!("hub-csr-test-{system}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&manager_user, &mg)))).expect("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&system, sa)).expect("kubeconfig");
     let log = dir.join("manager.log");
 
     let c1 = cluster_with_addon(&admin, "csr-victim").await;

@@ -1358,15 +1358,9 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
     let system = namespace(&admin, "manager-system").await;
     let sa = "resource-usage-hub";
     apply_manager_rbac(&admin, addon, &system, sa).await;
-    let user = format!("system:serviceaccount:{system}:{sa}");
-    let groups = [
-        "system:serviceaccounts".to_owned(),
-        format!("system:serviceaccounts:{system}"),
-    ];
-    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
     let dir = tempdir(&system);
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).expect("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&system, sa)).expect("kubeconfig");
 
     // What an earlier version left: the agent's Role and a RoleBinding to it, owned by the MCA.
     let c0 = cluster(&admin, "binary-cluster").await;
@@ -1524,7 +1518,9 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
     drop(procs);
 
     // What the manager's identity may not do.
-    let as_manager = cp.client_as(&user, &g).expect("manager client");
+    let as_manager = cp
+        .client_as_service_account(&system, sa)
+        .expect("manager client");
     let forbidden =
         |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
     assert!(
@@ -1765,15 +1761,9 @@ async fn a_deposed_manager_writes_nothing_and_exits() {
     let system = namespace(&admin, "manager-deposed").await;
     let sa = "resource-usage-hub";
     apply_manager_rbac(&admin, addon, &system, sa).await;
-    let user = format!("system:serviceaccount:{system}:{sa}");
-    let groups = [
-        "system:serviceaccounts".to_owned(),
-        format!("system:serviceaccounts:{system}"),
-    ];
-    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
     let dir = tempdir(&system);
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).expect("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&system, sa)).expect("kubeconfig");
     let spawn = |name: &str, extra: &[&str]| {
         let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log");
         Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))

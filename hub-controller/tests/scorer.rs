@@ -714,14 +714,8 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
     // The replicas run as a service account bound to the chart's scorer RBAC, nothing more.
     let sa = "resource-usage-scorer";
     apply_rbac(&client, &prefix, sa).await;
-    let user = format!("system:serviceaccount:{prefix}:{sa}");
-    let groups = [
-        "system:serviceaccounts".to_owned(),
-        format!("system:serviceaccounts:{prefix}"),
-    ];
-    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).expect("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&prefix, sa)).expect("kubeconfig");
     let spawn = |port: u16| {
         Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
             .args([
@@ -807,7 +801,7 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
     assert!(!status.success(), "a lost lease is an error exit: {status}");
 
     // What the scorer's identity may not do.
-    let me = cp.client_as(&user, &g).expect("client");
+    let me = cp.client_as_service_account(&prefix, sa).expect("client");
     let refused =
         |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
     assert!(refused(

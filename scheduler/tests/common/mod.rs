@@ -361,15 +361,11 @@ pub async fn as_scheduler_account(hub: &Hub, sa: &str, dir: &std::path::Path) ->
     testenv::apply_yaml(&hub.client, &rbac, &hub.ns)
         .await
         .expect("the scheduler's RBAC");
-    let user = format!("system:serviceaccount:{}:{sa}", hub.ns);
-    let groups = [
-        "system:serviceaccounts".to_owned(),
-        format!("system:serviceaccounts:{}", hub.ns),
-    ];
-    let g: Vec<&str> = groups.iter().map(String::as_str).collect();
     let kubeconfig = dir.join("kubeconfig");
     let cp = testenv::shared().await;
-    std::fs::write(&kubeconfig, cp.kubeconfig(Some((&user, &g)))).expect("kubeconfig");
-    let client = cp.client_as(&user, &g).expect("a client as the account");
+    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&hub.ns, sa)).expect("kubeconfig");
+    let client = cp
+        .client_as_service_account(&hub.ns, sa)
+        .expect("a client as the account");
     SchedulerAccount { kubeconfig, client }
 }

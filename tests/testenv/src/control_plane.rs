@@ -446,6 +446,21 @@ impl ControlPlane {
         Ok(Client::try_from(self.config(Some((user, groups)))?)?)
     }
 
+    /// A kubeconfig that is the service account `sa` of `ns` (its user and groups, as
+    /// kube-apiserver authenticates it), for a binary to run as it under real RBAC.
+    pub fn kubeconfig_as_service_account(&self, ns: &str, sa: &str) -> String {
+        let (user, groups) = service_account(ns, sa);
+        let g: Vec<&str> = groups.iter().map(String::as_str).collect();
+        self.kubeconfig(Some((&user, &g)))
+    }
+
+    /// A client that is the service account `sa` of `ns`.
+    pub fn client_as_service_account(&self, ns: &str, sa: &str) -> Result<Client, Error> {
+        let (user, groups) = service_account(ns, sa);
+        let g: Vec<&str> = groups.iter().map(String::as_str).collect();
+        self.client_as(&user, &g)
+    }
+
     /// Installs more CRDs and waits until they are served.
     pub async fn install_crds(&self, crds: Vec<CustomResourceDefinition>) -> Result<(), Error> {
         crds::install_crds(&self.client()?, crds).await
@@ -560,4 +575,15 @@ fn free_ports() -> Result<[u16; 3], Error> {
         *slot = l.local_addr().map_err(Error::io("pick free ports"))?.port();
     }
     Ok(ports)
+}
+
+/// The user and groups kube-apiserver gives the service account `sa` of `ns`.
+pub fn service_account(ns: &str, sa: &str) -> (String, [String; 2]) {
+    (
+        format!("system:serviceaccount:{ns}:{sa}"),
+        [
+            "system:serviceaccounts".to_owned(),
+            format!("system:serviceaccounts:{ns}"),
+        ],
+    )
 }
