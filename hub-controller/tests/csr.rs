@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use ocm_api::addon::v1alpha1::ManagedClusterAddOn;
 use resource_usage_hub::manager::registration::{default_groups, default_user};
 use serde_json::json;
@@ -51,31 +50,6 @@ fn registration_agent(cluster: &str) -> Identity {
             "system:open-cluster-management:managed-clusters".into(),
         ],
     )
-}
-
-/// Lets `subject` (a User or a Group) create and read CSRs, as OCM's registration lets
-/// cluster agents.
-async fn allow_csr_create(client: &Client, name: &str, kind: &str, subject: &str) {
-    let pp = PatchParams::apply("test").force();
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get"]}]
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": subject}]
-    });
-    Api::<ClusterRole>::all(client.clone())
-        .patch(name, &pp, &Patch::Apply(&role))
-        .await
-        .expect("clusterrole");
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .patch(name, &pp, &Patch::Apply(&binding))
-        .await
-        .expect("clusterrolebinding");
 }
 
 /// A managed cluster the hub accepts, its namespace, and this add-on on it.
@@ -229,15 +203,15 @@ async fn hostile_requests_are_never_approved_and_each_is_reported_once() {
     let outsider: Identity = ("mallory".into(), vec!["team-x".into()]);
     // In the cluster's groups but not its registration agent.
     let impostor: Identity = ("impostor".into(), attacker.1.clone());
-    allow_csr_create(&admin, &format!("csr-create-{c1}"), "Group", &attacker.1[0]).await;
-    allow_csr_create(
+    common::allow_csr_create(&admin, &format!("csr-create-{c1}"), "Group", &attacker.1[0]).await;
+    common::allow_csr_create(
         &admin,
         &format!("csr-create-{c2}"),
         "Group",
         &other_agent.1[0],
     )
     .await;
-    allow_csr_create(
+    common::allow_csr_create(
         &admin,
         &format!("csr-create-mallory-{c1}"),
         "User",

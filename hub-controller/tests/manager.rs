@@ -556,29 +556,6 @@ fn registration_agent(cluster: &str) -> (String, Vec<String>) {
     )
 }
 
-async fn allow_csr_create(client: &Client, name: &str, group: &str) {
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get"]}]
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]
-    });
-    let pp = PatchParams::apply("test").force();
-    Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
-        .patch(name, &pp, &Patch::Apply(&role))
-        .await
-        .expect("clusterrole");
-    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
-        .patch(name, &pp, &Patch::Apply(&binding))
-        .await
-        .expect("clusterrolebinding");
-}
-
 async fn request_csr(
     cp: &ControlPlane,
     as_cluster: &str,
@@ -634,7 +611,7 @@ async fn approves_only_the_agents_exact_csr_and_the_identity_writes_only_its_sco
     create_mca(&client, &c2, addon).await;
     for c in [&c1, &c2] {
         let group = registration_agent(c).1[0].clone();
-        allow_csr_create(&client, &format!("csr-create-{c}"), &group).await;
+        common::allow_csr_create(&client, &format!("csr-create-{c}"), "Group", &group).await;
     }
     let _m = start(cp, settings(addon));
     let agent = format!("{addon}-agent");
@@ -1303,6 +1280,29 @@ fn token_kubeconfig(cp: &ControlPlane, dir: &Path, token: &str) -> String {
     )
 }
 
+/// The service account the manager binaries run as in these tests, bound to the chart's
+/// manager RBAC for `addon` in `system`.
+const MANAGER_ACCOUNT: &str = "resource-usage-hub";
+
+/// The chart's manager RBAC for [`MANAGER_ACCOUNT`] in `system`, applied; a temp dir for the
+/// test and, in it, a kubeconfig that is that account.
+async fn as_the_manager(
+    cp: &ControlPlane,
+    admin: &Client,
+    addon: &str,
+    system: &str,
+) -> (PathBuf, PathBuf) {
+    apply_manager_rbac(admin, addon, system, MANAGER_ACCOUNT).await;
+    let dir = tempdir(system);
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        cp.kubeconfig_as_service_account(system, MANAGER_ACCOUNT),
+    )
+    .expect("kubeconfig");
+    (dir, kubeconfig)
+}
+
 /// The manager's RBAC (`charts/ocm-placement/files/manager-rbac.yaml`) for `sa` in `ns`, and
 /// the agent's ClusterRole it binds, applied as the chart installs them.
 async fn apply_manager_rbac(client: &Client, addon: &str, ns: &str, sa: &str) {
@@ -1356,11 +1356,7 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
     let admin = cp.client().expect("client");
     let addon = "binary-addon";
     let system = namespace(&admin, "manager-system").await;
-    let sa = "resource-usage-hub";
-    apply_manager_rbac(&admin, addon, &system, sa).await;
-    let dir = tempdir(&system);
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&system, sa)).expect("kubeconfig");
+    let (dir, kubeconfig) = as_the_manager(cp, &admin, addon, &system).await;
 
     // What an earlier version left: the agent's Role and a RoleBinding to it, owned by the MCA.
     let c0 = cluster(&admin, "binary-cluster").await;
@@ -1457,9 +1453,10 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
         (role.is_none() && b.role_ref.kind == "ClusterRole").then_some(())
     })
     .await;
-    allow_csr_create(
+    common::allow_csr_create(
         &admin,
         &format!("csr-create-{c1}"),
+        "Group",
         &registration_agent(&c1).1[0],
     )
     .await;
@@ -1519,7 +1516,7 @@ async fn the_binary_runs_with_least_privilege_and_hands_over_leadership() {
 
     // What the manager's identity may not do.
     let as_manager = cp
-        .client_as_service_account(&system, sa)
+        .client_as_service_account(&system, MANAGER_ACCOUNT)
         .expect("manager client");
     let forbidden =
         |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
@@ -1759,11 +1756,7 @@ async fn a_deposed_manager_writes_nothing_and_exits() {
     let admin = cp.client().expect("client");
     let addon = "deposed-addon";
     let system = namespace(&admin, "manager-deposed").await;
-    let sa = "resource-usage-hub";
-    apply_manager_rbac(&admin, addon, &system, sa).await;
-    let dir = tempdir(&system);
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&system, sa)).expect("kubeconfig");
+    let (dir, kubeconfig) = as_the_manager(cp, &admin, addon, &system).await;
     let spawn = |name: &str, extra: &[&str]| {
         let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log");
         Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))

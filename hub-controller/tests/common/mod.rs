@@ -1,7 +1,7 @@
 //! What the hub crate's integration tests share.
 #![allow(dead_code)]
 
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use ocm_api::ManagedCluster;
 use serde_json::json;
@@ -21,4 +21,29 @@ pub async fn accepted_cluster(client: &Client, prefix: &str) -> String {
         .await
         .expect("create cluster");
     name
+}
+
+/// Lets `subject` (a User or a Group) create and read CSRs, as OCM's registration lets
+/// cluster agents.
+pub async fn allow_csr_create(client: &Client, name: &str, kind: &str, subject: &str) {
+    let pp = PatchParams::apply("test").force();
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get"]}]
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": subject}]
+    });
+    Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
+        .patch(name, &pp, &Patch::Apply(&role))
+        .await
+        .expect("clusterrole");
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+        .patch(name, &pp, &Patch::Apply(&binding))
+        .await
+        .expect("clusterrolebinding");
 }
