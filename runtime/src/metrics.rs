@@ -172,6 +172,38 @@ pub fn handle<B>(registry: &Registry, health: &Health, req: &Request<B>) -> Opti
     })
 }
 
+// Label values: closed sets only.
+
+/// The label value of everything outside a [`ClosedLabel`] set.
+pub const OTHER: &str = "other";
+
+/// The values a metric label may take. Labels never take a value from input as it is: a
+/// tenant's Placement, a managed cluster's series or a client's request could otherwise create
+/// series without bound, and each one costs memory here and in every Prometheus that scrapes
+/// us. A value outside the set is counted as [`OTHER`].
+#[derive(Clone, Copy, Debug)]
+pub struct ClosedLabel(&'static [&'static str]);
+
+impl ClosedLabel {
+    pub const fn new(values: &'static [&'static str]) -> Self {
+        Self(values)
+    }
+
+    /// `value` when it is in the set, else [`OTHER`].
+    pub fn label(&self, value: &str) -> &'static str {
+        self.0
+            .iter()
+            .find(|v| **v == value)
+            .copied()
+            .unwrap_or(OTHER)
+    }
+
+    /// The most series one label of this set makes: its values and [`OTHER`].
+    pub fn bound(&self) -> usize {
+        self.0.len() + 1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -222,5 +254,24 @@ mod tests {
         let cli = Cli::try_parse_from(["x"]).unwrap();
         assert_eq!(cli.serve.metrics_bind_address.to_string(), "0.0.0.0:8080");
         assert!(Cli::try_parse_from(["x", "--metrics-bind-address=nowhere"]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    #[test]
+    fn values_outside_the_set_are_other() {
+        const RESULTS: ClosedLabel = ClosedLabel::new(&["ok", "error"]);
+        assert_eq!(RESULTS.label("ok"), "ok");
+        assert_eq!(RESULTS.label("error"), "error");
+        assert_eq!(RESULTS.label("Ok"), OTHER);
+        assert_eq!(RESULTS.label(""), OTHER);
+        let seen: std::collections::BTreeSet<&str> = (0..1000)
+            .map(|i| RESULTS.label(&format!("tenant-{i}")))
+            .chain(["ok", "error"].map(|v| RESULTS.label(v)))
+            .collect();
+        assert_eq!(seen.len(), RESULTS.bound());
     }
 }

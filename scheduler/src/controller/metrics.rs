@@ -9,6 +9,32 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::core::{filter, prioritize, select};
+use ocm_api::wellknown::{builtin_prioritizer as builtin, score_coordinate_type};
+use ocm_runtime::metrics::ClosedLabel;
+
+/// `plugin_type`: what the core's `Laps` says.
+pub const PLUGIN_TYPES: ClosedLabel =
+    ClosedLabel::new(&["eligible", "filter", "prioritizer", "selector", "bind"]);
+
+/// `plugin_name`: the core's steps. A prioritizer's name carries tenant input after a `/`
+/// (`AddOn/<resourceName>/<scoreName>`, `TopologyAffinity/<topologyKey>`): only the part
+/// before it is a label, so a Placement cannot make series.
+pub const PLUGIN_NAMES: ClosedLabel = ClosedLabel::new(&[
+    "ClusterSets",
+    filter::predicate::NAME,
+    filter::taint::NAME,
+    select::PLUGIN,
+    "TopN",
+    builtin::BALANCE,
+    builtin::STEADY,
+    builtin::RESOURCE_ALLOCATABLE_CPU,
+    builtin::RESOURCE_ALLOCATABLE_MEMORY,
+    score_coordinate_type::ADD_ON,
+    prioritize::affinity::PLUGIN,
+    "PlacementDecisions",
+]);
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabels {
     pub plugin_type: String,
@@ -97,7 +123,8 @@ impl Metrics {
         m
     }
 
-    pub fn api_write(&self, verb: &str, resource: &str, result: &str) {
+    /// Every argument is one of the writer's constants, never a value read from an object.
+    pub fn api_write(&self, verb: &'static str, resource: &'static str, result: &'static str) {
         self.api_writes
             .get_or_create(&WriteLabels {
                 verb: verb.into(),
@@ -107,18 +134,106 @@ impl Metrics {
             .inc();
     }
 
+    /// `plugin_name` as the core names it; see [`PLUGIN_NAMES`].
     pub fn plugin(&self, plugin_type: &str, plugin_name: &str, took: Duration) {
+        let plugin = plugin_name.split('/').next().unwrap_or_default();
         self.plugin_duration
             .get_or_create(&PluginLabels {
-                plugin_type: plugin_type.into(),
-                plugin_name: plugin_name.into(),
+                plugin_type: PLUGIN_TYPES.label(plugin_type).into(),
+                plugin_name: PLUGIN_NAMES.label(plugin).into(),
             })
             .observe(took.as_secs_f64());
     }
 
-    pub fn store(&self, kind: &str, n: usize) {
+    /// `kind` is a kind we watch, never a value read from an object.
+    pub fn store(&self, kind: &'static str, n: usize) {
         self.store_objects
             .get_or_create(&KindLabels { kind: kind.into() })
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::core::{Laps, Snapshot, schedule_with};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    /// What the controller's stopwatch does with each lap (no clock needed here).
+    struct Forward<'a>(&'a Metrics);
+
+    impl Laps for Forward<'_> {
+        fn lap(&mut self, step_type: &'static str, step: &str) {
+            self.0.plugin(step_type, step, Duration::from_micros(1));
+        }
+    }
+
+    fn series(registry: &Registry, family: &str) -> Vec<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// 1,000 tenants' Placements, each with an AddOn prioritizer and a topology affinity of
+    /// names of its own, scheduled by the core: the plugin metric has a fixed number of series
+    /// however many names the tenants choose.
+    #[test]
+    fn tenant_names_make_no_series() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let mut snapshot = Snapshot::new();
+        snapshot.upsert_set(Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "set"},
+                "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}}))
+            .unwrap(),
+        ));
+        snapshot.upsert_binding(
+            &serde_json::from_value(
+                json!({"metadata": {"name": "set", "namespace": "ns"}, "spec": {"clusterSet": "set"}}),
+            )
+            .unwrap(),
+        );
+        snapshot.upsert_cluster(Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "a",
+                "labels": {"cluster.open-cluster-management.io/clusterset": "set"}}, "spec": {}}))
+            .unwrap(),
+        ));
+        let now = jiff::Timestamp::now();
+        for i in 0..1000 {
+            let placement: ocm_api::Placement = serde_json::from_value(json!({
+                "metadata": {"name": format!("p{i}"), "namespace": "ns",
+                    "annotations": {prioritize::affinity::ANNOTATION: json!([{
+                        "topologyKey": format!("zone-{i}"),
+                        "topologyWeights": [{"weight": 1, "operator": "Exists"}]}]).to_string()}},
+                "spec": {"prioritizerPolicy": {"mode": "Exact", "configurations": [
+                    {"scoreCoordinate": {"type": "AddOn",
+                        "addOn": {"resourceName": format!("tenant-{i}"), "scoreName": format!("score-{i}")}},
+                     "weight": 1}]}}
+            }))
+            .unwrap();
+            let outcome = schedule_with(&snapshot, &placement, now, &mut Forward(&metrics));
+            assert_eq!(outcome.selected.len(), 1, "{:?}", outcome.status);
+        }
+        let lines = series(&registry, "placement_plugin_duration_seconds_count");
+        // eligible, predicate, taint, AddOn, TopologyAffinity, TopN, bind: seven steps.
+        assert!(
+            lines.len() <= PLUGIN_TYPES.bound() * PLUGIN_NAMES.bound(),
+            "{} series: {:?}",
+            lines.len(),
+            &lines[..lines.len().min(5)]
+        );
+        assert_eq!(lines.len(), 7, "{lines:#?}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("plugin_name=\"AddOn\"") && l.ends_with(" 1000")),
+            "{lines:#?}"
+        );
+        assert!(lines.iter().all(|l| !l.contains("tenant-")), "{lines:#?}");
     }
 }
