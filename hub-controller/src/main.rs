@@ -65,6 +65,11 @@ struct ScorerArgs {
     /// Attempts per query (backoff in between) before the compute fails.
     #[arg(long, env = "PROMETHEUS_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=10))]
     prometheus_attempts: u8,
+    /// The largest query answer read (a quantity: `8Mi`, `50M`); a larger one fails that query
+    /// (`scorer_query_errors_total{reason="too_large"}` and a warning), and the scores it feeds
+    /// expire. Between 64Ki and 1Gi.
+    #[arg(long, env = "PROMETHEUS_MAX_RESPONSE_SIZE", default_value = "8Mi", value_parser = parse_size)]
+    prometheus_max_response_size: usize,
     /// Send Thanos' `dedup=true&partial_response=false` (Prometheus ignores them).
     #[arg(long, env = "THANOS_PARAMS", default_value_t = true, action = clap::ArgAction::Set)]
     thanos_params: bool,
@@ -123,6 +128,17 @@ struct ScorerArgs {
 
 /// The scorer's field manager and `managed-by` label.
 const SCORER: &str = "resource-usage-hub-scorer";
+
+/// A byte size as a quantity, within what `--prometheus-max-response-size` allows.
+fn parse_size(s: &str) -> Result<usize, String> {
+    const MIN: f64 = (64 << 10) as f64;
+    const MAX: f64 = (1 << 30) as f64;
+    let bytes = ocm_api::quantity::parse(s.trim()).map_err(|e| e.to_string())?;
+    if !(MIN..=MAX).contains(&bytes) {
+        return Err(format!("{s:?} is not between 64Ki and 1Gi"));
+    }
+    Ok(bytes as usize)
+}
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
@@ -290,6 +306,7 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
         timeout: args.prometheus_timeout,
         attempts: usize::from(args.prometheus_attempts),
         thanos: args.thanos_params,
+        max_response_bytes: args.prometheus_max_response_size,
     })?;
     let mut bounds = Bounds::default();
     if let Some((lo, hi)) = args.cpu_range {

@@ -1,6 +1,8 @@
 //! A client of the Prometheus HTTP query API (`/api/v1/query`), which Thanos Querier and every
 //! Prometheus-compatible store serve: bearer token, extra headers, a CA bundle, a timeout per
-//! attempt and retries with backoff for what a retry can fix.
+//! attempt and retries with backoff for what a retry can fix. An answer is read up to a size
+//! limit and parsed into the shapes the scorer uses (an instant vector, a scalar): a query API
+//! that answers hundreds of megabytes costs one failed query, not the process.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,10 +11,11 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use thiserror::Error;
 
 type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
@@ -36,7 +39,13 @@ pub struct PromSettings {
     /// Thanos' `dedup` and `partial_response=false`: deduplicated replicas, and an error rather
     /// than a silently partial answer.
     pub thanos: bool,
+    /// The largest answer body read; a larger one fails the query ([`PromError::TooLarge`]).
+    pub max_response_bytes: usize,
 }
+
+/// 8 MiB: a fleet of 10,000 clusters with 10 nodes each answers the by-node queries in about
+/// 2.5 MB (about 250 bytes a series).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 << 20;
 
 #[derive(Debug, Error)]
 pub enum PromError {
@@ -58,7 +67,23 @@ pub enum PromError {
     Query { kind: String, message: String },
     #[error("unexpected answer: {0}")]
     Decode(String),
+    /// The answer is over [`PromSettings::max_response_bytes`]: as said by its Content-Length
+    /// (`Some`, not read at all) or found while reading (`None`, read up to the limit).
+    #[error("the answer is larger than the limit of {limit} bytes{}", .length.map(|l| format!(" (Content-Length {l})")).unwrap_or_default())]
+    TooLarge { limit: usize, length: Option<u64> },
 }
+
+/// Why a query failed, as a metric label: a closed set.
+pub const FAILURE_REASONS: ocm_runtime::metrics::ClosedLabel =
+    ocm_runtime::metrics::ClosedLabel::new(&[
+        "setup",
+        "transport",
+        "timeout",
+        "status",
+        "query",
+        "decode",
+        "too_large",
+    ]);
 
 impl PromError {
     /// Worth another attempt: the server may be restarting or overloaded.
@@ -67,6 +92,22 @@ impl PromError {
             PromError::Transport(_) | PromError::Timeout(_) => true,
             PromError::Status { status, .. } => *status == 429 || *status >= 500,
             _ => false,
+        }
+    }
+
+    /// One of [`FAILURE_REASONS`].
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PromError::Url(..)
+            | PromError::Ca(..)
+            | PromError::Header(..)
+            | PromError::Token(..) => "setup",
+            PromError::Transport(_) => "transport",
+            PromError::Timeout(_) => "timeout",
+            PromError::Status { .. } => "status",
+            PromError::Query { .. } => "query",
+            PromError::Decode(_) => "decode",
+            PromError::TooLarge { .. } => "too_large",
         }
     }
 }
@@ -207,11 +248,32 @@ impl PromClient {
                 .await
                 .map_err(|e| PromError::Transport(error_chain(&e)))?;
             let status = resp.status();
-            let body = resp
-                .into_body()
+            let limit = self.settings.max_response_bytes;
+            // Refused before reading when the server says how much is coming; else read, and
+            // stop (closing the connection) at the limit.
+            let length = resp
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            if let Some(l) = length.filter(|l| *l > limit as u64) {
+                return Err(PromError::TooLarge {
+                    limit,
+                    length: Some(l),
+                });
+            }
+            let body = Limited::new(resp.into_body(), limit)
                 .collect()
                 .await
-                .map_err(|e| PromError::Transport(e.to_string()))?
+                .map_err(|e| {
+                    if e.downcast_ref::<LengthLimitError>().is_some() {
+                        PromError::TooLarge {
+                            limit,
+                            length: None,
+                        }
+                    } else {
+                        PromError::Transport(error_chain(&*e))
+                    }
+                })?
                 .to_bytes();
             Ok::<_, PromError>((status, body))
         };
@@ -278,11 +340,15 @@ struct Envelope {
     error: String,
 }
 
+/// `data` of an answer by `resultType`: what the scorer uses is read, the other shapes are
+/// skipped unread and refused.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Data {
-    result_type: String,
-    result: serde_json::Value,
+#[serde(tag = "resultType", content = "result", rename_all = "lowercase")]
+enum Data {
+    Vector(Vec<VectorSample>),
+    Scalar((f64, String)),
+    Matrix(IgnoredAny),
+    String(IgnoredAny),
 }
 
 #[derive(Deserialize)]
@@ -332,31 +398,23 @@ fn decode(status: StatusCode, body: &[u8]) -> Result<Vec<Sample>, PromError> {
                 .map_err(|e| PromError::Decode(format!("sample value {s:?}: {e}"))),
         }
     };
-    match data.result_type.as_str() {
-        "vector" => {
-            let samples: Vec<VectorSample> = serde_json::from_value(data.result)
-                .map_err(|e| PromError::Decode(e.to_string()))?;
-            samples
-                .into_iter()
-                .map(|s| {
-                    Ok(Sample {
-                        labels: s.metric,
-                        value: parse(&s.value.1)?,
-                    })
+    match data {
+        Data::Vector(samples) => samples
+            .into_iter()
+            .map(|s| {
+                Ok(Sample {
+                    labels: s.metric,
+                    value: parse(&s.value.1)?,
                 })
-                .collect()
-        }
-        "scalar" => {
-            let (_, v): (f64, String) = serde_json::from_value(data.result)
-                .map_err(|e| PromError::Decode(e.to_string()))?;
-            Ok(vec![Sample {
-                labels: BTreeMap::new(),
-                value: parse(&v)?,
-            }])
-        }
-        other => Err(PromError::Decode(format!(
-            "result type {other}: a query must give an instant vector"
-        ))),
+            })
+            .collect(),
+        Data::Scalar((_, v)) => Ok(vec![Sample {
+            labels: BTreeMap::new(),
+            value: parse(&v)?,
+        }]),
+        Data::Matrix(_) | Data::String(_) => Err(PromError::Decode(
+            "a range vector or a string: a query must give an instant vector".into(),
+        )),
     }
 }
 
@@ -427,6 +485,7 @@ mod tests {
             timeout: Duration::from_millis(300),
             attempts: 2,
             thanos: true,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         })
         .expect("client");
         let started = std::time::Instant::now();
@@ -463,6 +522,95 @@ mod tests {
     }
 
     #[test]
+    fn decodes_only_the_shapes_the_scorer_uses() {
+        // Fields the scorer does not read (Prometheus' stats, warnings) are skipped.
+        let extra = br#"{"status":"success","warnings":["w"],"data":{"resultType":"vector",
+            "result":[{"metric":{"cluster":"a"},"value":[1,"2"]}],"stats":{"timings":{}}}}"#;
+        assert_eq!(decode(StatusCode::OK, extra).expect("vector")[0].value, 2.0);
+        for bad in [
+            // A native histogram sample has no value.
+            &br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"histogram":[1,{}]}]}}"#[..],
+            br#"{"status":"success","data":{"resultType":"string","result":[1,"x"]}}"#,
+            br#"{"status":"success","data":{"resultType":"exemplars","result":[]}}"#,
+            br#"{"status":"success","data":{"resultType":"vector","result":{"a":1}}}"#,
+            br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":1},"value":[1,"2"]}]}}"#,
+        ] {
+            let e = decode(StatusCode::OK, bad).expect_err("refused");
+            assert!(matches!(e, PromError::Decode(_)), "{e}");
+            assert_eq!(e.reason(), "decode");
+        }
+    }
+
+    /// A server that answers every query with an endless body, with and without a
+    /// Content-Length saying so: the query fails as too large once the limit is read (or at
+    /// once, by the Content-Length), long before its timeout, and it is not retried.
+    #[tokio::test]
+    async fn an_oversized_answer_fails_the_query() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let connections = std::sync::Arc::new(AtomicUsize::new(0));
+        let count = connections.clone();
+        let serve = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    let head = if n % 2 == 0 {
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+                    } else {
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 300000000\r\n\r\n"
+                    };
+                    if conn.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = format!("{:x}\r\n{}\r\n", 8192, "[".repeat(8192));
+                    let piece = if n % 2 == 0 { chunk } else { "[".repeat(8192) };
+                    // Until the client hangs up.
+                    while conn.write_all(piece.as_bytes()).await.is_ok() {}
+                });
+            }
+        });
+        let client = PromClient::new(PromSettings {
+            url: format!("http://{addr}"),
+            bearer_token: None,
+            bearer_token_file: None,
+            ca_file: None,
+            headers: vec![],
+            timeout: Duration::from_secs(60),
+            attempts: 3,
+            thanos: false,
+            max_response_bytes: 1 << 20,
+        })
+        .expect("client");
+        let e = client.query("up").await.expect_err("streamed");
+        assert!(
+            matches!(e, PromError::TooLarge { limit, length: None } if limit == 1 << 20),
+            "{e}"
+        );
+        assert_eq!(e.reason(), "too_large");
+        assert!(!e.transient());
+        let e = client.query("up").await.expect_err("announced");
+        assert!(
+            matches!(
+                e,
+                PromError::TooLarge {
+                    length: Some(300_000_000),
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("1048576 bytes"), "{e}");
+        assert_eq!(connections.load(Ordering::SeqCst), 2, "no retry");
+        serve.abort();
+    }
+
+    #[test]
     fn form_encoding_and_settings_errors() {
         assert_eq!(
             encode("sum by (a) (x{y=\"z\"})"),
@@ -477,6 +625,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             attempts: 1,
             thanos: false,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         };
         assert!(PromClient::new(base.clone()).is_ok());
         for url in ["ftp://x", "not a url", "http://"] {

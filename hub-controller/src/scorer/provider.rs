@@ -20,7 +20,7 @@ use score_provider::usage::requests::Resource;
 use score_provider::usage::scores::{Bounds, Free, scores};
 use score_provider::{Change, Computed, Outcome, ProviderError, ScoreProvider, Scores};
 
-use super::prom::{PromClient, Sample};
+use super::prom::{PromClient, PromError, Sample};
 use super::queries::{Assembled, ClusterData, Dropped, Metric, Queries, Query, assemble};
 
 /// How scores are normalised.
@@ -52,16 +52,31 @@ pub struct ScorerSettings {
     pub deadline: std::time::Duration,
 }
 
+/// Every label of the scorer's metrics is a `&'static str` from a closed set: never a value
+/// from a series, a cluster or a setting. Clusters are counted, never named (conditions and
+/// logs name them).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MetricLabels {
-    pub metric: String,
+    /// [`Metric::name`].
+    pub metric: &'static str,
 }
 
-/// `reason` is one of [`Dropped`]'s names: never a value from a series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// [`Metric::name`].
+    pub metric: &'static str,
+    /// One of [`super::prom::FAILURE_REASONS`].
+    pub reason: &'static str,
+}
+
+/// `reason` is one of [`Dropped`]'s names.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DroppedLabels {
-    pub reason: String,
+    pub reason: &'static str,
 }
+
+/// The flag that sets [`super::prom::PromSettings::max_response_bytes`], named in the log.
+pub const MAX_RESPONSE_FLAG: &str = "--prometheus-max-response-size";
 
 /// The condition reason of a cluster whose series disagree.
 pub const REASON_CONFLICT: &str = "ConflictingSeries";
@@ -69,7 +84,7 @@ pub const REASON_CONFLICT: &str = "ConflictingSeries";
 /// `scorer_*` metrics.
 #[derive(Clone, Default)]
 pub struct ScorerMetrics {
-    pub query_errors: Family<MetricLabels, Counter>,
+    pub query_errors: Family<FailureLabels, Counter>,
     pub query_seconds: Family<MetricLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub rated: Gauge,
     pub stale: Gauge,
@@ -83,7 +98,7 @@ impl ScorerMetrics {
         let r = registry.sub_registry_with_prefix("scorer");
         r.register(
             "query_errors",
-            "Failed fleet queries by metric",
+            "Failed fleet queries by metric and reason (setup, transport, timeout, status, query, decode, too_large)",
             self.query_errors.clone(),
         );
         r.register(
@@ -214,9 +229,7 @@ impl PromScorer {
         for (why, n) in &assembled.dropped {
             self.metrics
                 .dropped_series
-                .get_or_create(&DroppedLabels {
-                    reason: why.name().to_owned(),
-                })
+                .get_or_create(&DroppedLabels { reason: why.name() })
                 .inc_by(*n);
         }
         if let Some(n) = assembled.dropped.get(&Dropped::UnknownCluster) {
@@ -271,15 +284,28 @@ impl PromScorer {
         let runs = self.queries.iter().map(|q| async move {
             let started = Instant::now();
             let r = self.client.query(&q.promql).await;
-            let labels = MetricLabels {
-                metric: q.metric.name().to_owned(),
-            };
+            let metric = q.metric.name();
             self.metrics
                 .query_seconds
-                .get_or_create(&labels)
+                .get_or_create(&MetricLabels { metric })
                 .set(started.elapsed().as_secs_f64());
-            if r.is_err() {
-                self.metrics.query_errors.get_or_create(&labels).inc();
+            if let Err(e) = &r {
+                self.metrics
+                    .query_errors
+                    .get_or_create(&FailureLabels {
+                        metric,
+                        reason: e.reason(),
+                    })
+                    .inc();
+            }
+            if let Err(PromError::TooLarge { limit, length }) = &r {
+                tracing::warn!(
+                    query = metric,
+                    limit_bytes = limit,
+                    content_length = length,
+                    flag = MAX_RESPONSE_FLAG,
+                    "the query's answer is over the size limit: the query failed, the scores it feeds are not renewed and expire"
+                );
             }
             (q.metric, r)
         });
