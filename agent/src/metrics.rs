@@ -9,6 +9,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+// Labels are `&'static str`: values written in code (the results below, a provider's
+// `Change::what`), never read from a cluster, a score or the hub, so each family has a fixed
+// number of series. A label from input goes through `ocm_runtime::metrics::ClosedLabel`.
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: &'static str,
