@@ -419,3 +419,27 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_response_size_flag() {
+        assert_eq!(parse_size("8Mi"), Ok(8 << 20));
+        assert_eq!(parse_size("64Ki"), Ok(64 << 10));
+        assert_eq!(parse_size("1Gi"), Ok(1 << 30));
+        for bad in ["1Ki", "2Gi", "-8Mi", "lots", ""] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from(["x", "scorer", "--prometheus-url=http://p:9090"])
+            .expect("defaults");
+        let Command::Scorer(args) = cli.command else {
+            panic!("scorer");
+        };
+        assert_eq!(
+            args.prometheus_max_response_size,
+            resource_usage_hub::scorer::prom::DEFAULT_MAX_RESPONSE_BYTES
+        );
+    }
+}
