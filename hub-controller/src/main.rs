@@ -67,7 +67,7 @@ struct ScorerArgs {
     prometheus_attempts: u8,
     /// The largest query answer read (a quantity: `8Mi`, `50M`); a larger one fails that query
     /// (`scorer_query_errors_total{reason="too_large"}` and a warning), and the scores it feeds
-    /// expire. Between 64Ki and 1Gi.
+    /// expire. Between 64Ki and 1Gi; 8Mi holds the by-node answers of about 70,000 nodes.
     #[arg(long, env = "PROMETHEUS_MAX_RESPONSE_SIZE", default_value = "8Mi", value_parser = parse_size)]
     prometheus_max_response_size: usize,
     /// Send Thanos' `dedup=true&partial_response=false` (Prometheus ignores them).
