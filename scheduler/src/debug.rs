@@ -446,6 +446,9 @@ pub fn serve(
     ))
 }
 
+/// A SubjectAccessReview's question: the token's digest, the verb, the namespace.
+type AccessKey = (cache::Digest, &'static str, String);
+
 /// The request handler, for embedding into another server.
 #[derive(Clone)]
 pub struct Debugger {
@@ -458,7 +461,7 @@ pub struct Debugger {
     tokens: Arc<cache::TtlCache<cache::Digest, Option<User>>>,
     /// SubjectAccessReview answers by token digest, verb and namespace: `Ok`, or the denial's
     /// reason.
-    access: Arc<cache::TtlCache<(cache::Digest, &'static str, String), Result<(), String>>>,
+    access: Arc<cache::TtlCache<AccessKey, Result<(), String>>>,
     metrics: DebugMetrics,
 }
 
