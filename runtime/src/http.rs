@@ -7,6 +7,8 @@
 //! - a connection must finish its TLS handshake, and send each request head, within
 //!   `--http-header-read-timeout` of being accepted or of its previous answer (hyper's header
 //!   timer also runs while a keep-alive connection waits, so this is the idle timeout too);
+//! - a request head is at most `--http-max-header-bytes` (larger: 431), so that a held
+//!   connection costs little memory;
 //! - at most `--http-max-connections` are open per port. At the cap, a new connection closes
 //!   the oldest one that is not being answered (idle, slow to send its head, or still in its
 //!   TLS handshake) instead of being refused: an attacker holding many idle connections cannot
@@ -41,6 +43,9 @@ const CAP_WARNING_PERIOD: Duration = Duration::from_secs(10);
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default of `--http-max-connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// The default of `--http-max-header-bytes`: a bearer token and the usual headers fit many
+/// times over.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// A response with a complete body.
 pub type HttpResponse = Response<Full<Bytes>>;
@@ -59,6 +64,10 @@ pub struct HttpLimits {
     /// the new one closed. A warning is logged (at most every 10 s) when the cap is hit.
     #[arg(long, env = "HTTP_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub http_max_connections: usize,
+    /// The largest request head (request line and headers), in bytes; a larger one is
+    /// answered 431 and the connection closed.
+    #[arg(long, env = "HTTP_MAX_HEADER_BYTES", default_value_t = DEFAULT_MAX_HEADER_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
+    pub http_max_header_bytes: usize,
 }
 
 impl Default for HttpLimits {
@@ -66,6 +75,7 @@ impl Default for HttpLimits {
         Self {
             http_header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             http_max_connections: DEFAULT_MAX_CONNECTIONS,
+            http_max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
         }
     }
 }
@@ -138,7 +148,10 @@ pub async fn serve<H, F>(
         };
         let handler = handler.clone();
         let acceptor = acceptor.clone();
-        let header_timeout = limits.http_header_read_timeout;
+        let (header_timeout, max_header) = (
+            limits.http_header_read_timeout,
+            limits.http_max_header_bytes,
+        );
         tokio::spawn(async move {
             let Slot {
                 busy,
@@ -154,7 +167,8 @@ pub async fn serve<H, F>(
                     Ok::<_, Infallible>(response)
                 }
             });
-            let connection = serve_connection(stream, acceptor, header_timeout, service);
+            let connection =
+                serve_connection(stream, acceptor, header_timeout, max_header, service);
             tokio::select! {
                 result = connection => {
                     if let Err(e) = result {
@@ -175,6 +189,7 @@ async fn serve_connection<S>(
     stream: TcpStream,
     acceptor: Option<TlsAcceptor>,
     header_timeout: Duration,
+    max_header: usize,
     service: S,
 ) -> Result<(), ConnectionError>
 where
@@ -185,6 +200,7 @@ where
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
+        .max_header_size(max_header)
         .keep_alive(true);
     match acceptor {
         Some(acceptor) => {
@@ -421,10 +437,12 @@ mod tests {
             "x",
             "--http-header-read-timeout=2s",
             "--http-max-connections=5",
+            "--http-max-header-bytes=8192",
         ])
         .unwrap();
         assert_eq!(cli.limits.http_header_read_timeout, Duration::from_secs(2));
         assert_eq!(cli.limits.http_max_connections, 5);
+        assert_eq!(cli.limits.http_max_header_bytes, 8192);
         assert!(Cli::try_parse_from(["x", "--http-max-connections=0"]).is_err());
     }
 }

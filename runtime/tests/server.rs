@@ -421,6 +421,7 @@ async fn held_connections_beyond_the_cap_and_a_flood_do_not_lock_out_probes() {
     let limits = ocm_runtime::HttpLimits {
         http_header_read_timeout: Duration::from_secs(120),
         http_max_connections: CAP,
+        ..Default::default()
     };
     let p = ports(limits).await;
     let certificate = p.certificate.clone();
@@ -532,6 +533,7 @@ async fn slow_and_idle_connections_are_closed_after_the_header_timeout() {
     let limits = ocm_runtime::HttpLimits {
         http_header_read_timeout: Duration::from_secs(1),
         http_max_connections: 64,
+        ..Default::default()
     };
     let p = ports(limits).await;
     let mut conns = vec![
@@ -567,4 +569,28 @@ async fn slow_and_idle_connections_are_closed_after_the_header_timeout() {
     .await;
     // The port still serves.
     assert_eq!(get(p.metrics, "/healthz").await.0, StatusCode::OK);
+}
+
+/// A request head larger than the limit is refused (431) instead of being buffered; one
+/// within it is answered.
+#[tokio::test]
+async fn an_oversized_request_head_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let p = ports(ocm_runtime::HttpLimits::default()).await;
+    let exchange = |padding: usize| async move {
+        let mut conn = TcpStream::connect(p.metrics).await.unwrap();
+        let head = format!(
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Padding: {}\r\n\r\n",
+            "a".repeat(padding)
+        );
+        // The server may answer and close before the whole head is written.
+        let _ = conn.write_all(head.as_bytes()).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let small = exchange(1024).await;
+    assert!(small.starts_with("HTTP/1.1 200"), "{small}");
+    let large = exchange(128 * 1024).await;
+    assert!(large.starts_with("HTTP/1.1 431"), "{large}");
 }
