@@ -426,6 +426,20 @@ async fn held_connections_beyond_the_cap_and_a_flood_do_not_lock_out_probes() {
     let p = ports(limits).await;
     let certificate = p.certificate.clone();
 
+    // The same probe without the attack, for comparison.
+    let mut unloaded = Vec::new();
+    for _ in 0..100 {
+        let started = Instant::now();
+        assert_eq!(get(p.metrics, "/metrics").await.0, StatusCode::OK);
+        unloaded.push(started.elapsed());
+    }
+    unloaded.sort();
+    println!(
+        "/metrics latency unloaded: p50 {:?}, p99 {:?}",
+        percentile(&unloaded, 0.50),
+        percentile(&unloaded, 0.99)
+    );
+
     // Three times the cap on each port before the probes start.
     let mut held_plain = hold_many(p.metrics, 3 * CAP, false).await;
     let mut held_tls = hold_many(p.tls, 3 * CAP, true).await;
