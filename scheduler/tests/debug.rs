@@ -1909,11 +1909,13 @@ async fn lease_state(
     ))
 }
 
-/// A flood of debug requests (distinct invalid tokens, no token, a valid token over and over)
-/// against the binary while it leads: the Lease keeps its holder and is renewed all along,
-/// /metrics and /healthz keep answering, requests beyond the bound are 429 at once, and the
-/// valid token's requests cost a bounded number of TokenReviews (the cache), far fewer than
-/// requests answered. Prints the /metrics latency under the flood.
+/// Idle and half-sent connections beyond the default cap (256) held on the metrics and the
+/// debug port, and a flood of debug requests (distinct invalid tokens, a valid token over and
+/// over) against the binary while it leads: the Lease keeps its holder and is renewed all
+/// along, /metrics and /healthz keep answering, each port holds at most its cap of the held
+/// connections, requests beyond the bound are 429 at once, and the valid token's requests
+/// cost a bounded number of TokenReviews (the cache), far fewer than requests answered.
+/// Prints the /metrics latency under the flood.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_review_flood_neither_costs_the_lease_nor_stalls_metrics() {
     const FLOOD: Duration = Duration::from_secs(8);
@@ -1976,6 +1978,17 @@ async fn a_review_flood_neither_costs_the_lease_nor_stalls_metrics() {
     let before = scheduler_metrics().await;
     let apiserver_before = apiserver_token_reviews(&admin).await;
 
+    // More held connections than the default cap on each port.
+    const CAP: usize = ocm_runtime::http::DEFAULT_MAX_CONNECTIONS;
+    let mut held: HashMap<&str, Vec<TcpStream>> = HashMap::new();
+    for (port, at) in [("metrics", process.metrics), ("debug", addr)] {
+        for i in 0..CAP + 50 {
+            held.entry(port)
+                .or_default()
+                .push(hold(at, i % 2 == 1).await);
+        }
+    }
+
     let started = Instant::now();
     // Counted answers: 200, 401, 429 by the valid token / the invalid ones.
     let tally = Arc::new(std::sync::Mutex::new(
@@ -2027,6 +2040,9 @@ async fn a_review_flood_neither_costs_the_lease_nor_stalls_metrics() {
     let mut renewals = std::collections::HashSet::new();
     let mut latency = Vec::new();
     while started.elapsed() < FLOOD {
+        for (port, at) in [("metrics", process.metrics), ("debug", addr)] {
+            held.entry(port).or_default().push(hold(at, true).await);
+        }
         let (now_holder, renewed) = lease_state(&leases).await.expect("the Lease has a holder");
         assert_eq!(
             now_holder, holder,
@@ -2050,6 +2066,20 @@ async fn a_review_flood_neither_costs_the_lease_nor_stalls_metrics() {
     }
     let (last_holder, _) = lease_state(&leases).await.unwrap();
     assert_eq!(last_holder, holder);
+    for (port, conns) in &held {
+        testenv::eventually(
+            &format!(
+                "the {port} port to hold at most {CAP} of {} held connections",
+                conns.len()
+            ),
+            Duration::from_secs(10),
+            || {
+                let open = conns.iter().filter(|c| !closed_by_server(c)).count();
+                async move { (open <= CAP).then_some(()) }
+            },
+        )
+        .await;
+    }
     assert!(
         renewals.len() >= 2,
         "the Lease was renewed during the flood: {renewals:?}"
@@ -2108,4 +2138,22 @@ async fn plain_get(addr: SocketAddr, path: &str) -> String {
     assert_eq!(res.status(), StatusCode::OK, "{path}");
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
     String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// A connection that sends nothing, or (`half_sent`) the start of a request head, and stops.
+async fn hold(addr: SocketAddr, half_sent: bool) -> TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    if half_sent {
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            .await
+            .unwrap();
+    }
+    conn
+}
+
+/// Whether the server closed `conn`, as the client sees it: a read that ends or fails.
+fn closed_by_server(conn: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    !matches!(conn.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
