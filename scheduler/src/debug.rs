@@ -31,7 +31,7 @@
 //! | answer | when |
 //! | --- | --- |
 //! | 200 | the [`DebugResult`] as JSON |
-//! | 400 | a path without namespace and name, a body over 1 MiB, JSON that is no Placement, a Placement without namespace |
+//! | 400 | a path without namespace and name, a body over `--debug-max-body-bytes` (1 MiB) or not sent within [`BODY_READ_TIMEOUT`], JSON that is no Placement, a Placement without namespace |
 //! | 401 | no bearer token, or one the apiserver does not accept |
 //! | 403 | the review denies the verb in that namespace |
 //! | 429 | `--debug-max-concurrent-requests` requests in progress (`Retry-After: 1`) |
