@@ -7,7 +7,8 @@
 //! - [`metrics`]: what Prometheus scrapes and the kubelet probes, on one port;
 //! - [`logging`]: text for people, JSON for collectors, `RUST_LOG` filters;
 //! - [`shutdown`]: SIGTERM starts the hand-over (the Lease release) instead of killing;
-//! - [`http`], [`tls`]: the small server under the metrics and debug endpoints.
+//! - [`http`], [`tls`]: the small server under the metrics and debug endpoints, with the
+//!   same connection limits ([`HttpLimits`]) on every port.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -57,6 +58,7 @@ pub mod shutdown;
 pub mod tls;
 
 pub use client::{ClientArgs, ClientError, RateLimiter, client};
+pub use http::{HttpLimits, Listener};
 pub use leader::{
     LeaderArgs, LeaderElector, LeaderError, LeaderTimings, Leadership, run_until_deposed,
 };

@@ -10,7 +10,7 @@ use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tokio::net::TcpListener;
 
-use crate::http::{HttpResponse, respond, serve};
+use crate::http::{HttpResponse, Listener, respond, serve};
 
 /// The OpenMetrics text format, what `prometheus_client::encoding::text` writes.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -23,17 +23,21 @@ pub struct ServeArgs {
     /// Where to serve /metrics, /healthz and /readyz.
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: SocketAddr,
+    /// Connection limits of this port (and of the scheduler's debug port).
+    #[command(flatten)]
+    pub limits: crate::http::HttpLimits,
 }
 
 impl ServeArgs {
-    /// Binds `--metrics-bind-address`.
-    pub async fn bind(&self) -> Result<TcpListener, ServeError> {
-        TcpListener::bind(self.metrics_bind_address)
+    /// Binds `--metrics-bind-address`, with the connection limits.
+    pub async fn bind(&self) -> Result<Listener, ServeError> {
+        let tcp = TcpListener::bind(self.metrics_bind_address)
             .await
             .map_err(|source| ServeError::Bind {
                 address: self.metrics_bind_address,
                 source,
-            })
+            })?;
+        Ok(Listener::new(tcp, self.limits.clone()))
     }
 }
 
@@ -115,11 +119,12 @@ impl Health {
 /// Serves `/metrics` from `registry`, `/healthz` and `/readyz` from `health` on `listener`
 /// until `shutdown` completes.
 pub async fn serve_metrics(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     registry: Arc<Registry>,
     health: Health,
     shutdown: impl Future<Output = ()>,
 ) {
+    let listener = listener.into();
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "serving /metrics, /healthz and /readyz");
     }

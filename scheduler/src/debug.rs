@@ -3,14 +3,26 @@
 //! filter and prioritizer saw the clusters. Nothing is written.
 //!
 //! - `GET /debug/placements/<namespace>/<name>`: the stored Placement.
-//! - `POST /debug/placements/` with a Placement as JSON (at most 1 MiB): that Placement, in
-//!   its `metadata.namespace`.
+//! - `POST /debug/placements/` with a Placement as JSON (at most `--debug-max-body-bytes`,
+//!   1 MiB as upstream): that Placement, in its `metadata.namespace`.
 //!
 //! Every request must carry `Authorization: Bearer <token>`. The token is checked with a
 //! `TokenReview`, then a `SubjectAccessReview` asks whether that user (with its groups, uid
 //! and extra) may `get` (GET) or `create` (POST) `placements.cluster.open-cluster-management.io`
 //! in the placement's namespace. The server's own client needs `create` on `tokenreviews` and
 //! `subjectaccessreviews`.
+//!
+//! Bounds ([`DebugLimits`]), so that no caller (nor a flood of them) stalls the scheduler or
+//! competes with its lease: at most `--debug-max-concurrent-requests` requests are worked on
+//! at once (reviews and scheduling; the scheduling work holds its permit on the blocking pool
+//! until it ends), a request beyond that is answered 429 with `Retry-After` at once, never
+//! queued. Review answers are cached for `--debug-review-cache-ttl` (10 s, as the generic
+//! apiserver caches TokenReviews), at most `--debug-review-cache-size` entries per kind,
+//! keyed by a SHA-256 of the token (raw tokens are never kept); a review that could not be
+//! made is not cached. `placement_debug_reviews_total{kind,result}` counts the reviews sent,
+//! `placement_debug_review_cache_hits_total{kind}` those answered from the cache and
+//! `placement_debug_requests_throttled_total` the 429s. The reviews go through a client of
+//! their own (main.rs), whose rate limiter is not the controller's; the elector has its own.
 //!
 //! Because every request carries a token, [`serve`] speaks HTTPS ([`Transport::Tls`]), or
 //! plain HTTP only on a loopback listener ([`Transport::PlainLoopback`]); plain HTTP on any
@@ -19,9 +31,10 @@
 //! | answer | when |
 //! | --- | --- |
 //! | 200 | the [`DebugResult`] as JSON |
-//! | 400 | a path without namespace and name, a body over 1 MiB, JSON that is no Placement, a Placement without namespace |
+//! | 400 | a path without namespace and name, a body over `--debug-max-body-bytes` (1 MiB) or not sent within [`BODY_READ_TIMEOUT`], JSON that is no Placement, a Placement without namespace |
 //! | 401 | no bearer token, or one the apiserver does not accept |
 //! | 403 | the review denies the verb in that namespace |
+//! | 429 | `--debug-max-concurrent-requests` requests in progress (`Retry-After: 1`) |
 //! | 404 | no such Placement, or a path outside `/debug/placements/` |
 //! | 405 | a method other than GET and POST |
 //! | 500 | a review that could not be made, clusters that could not be read |
@@ -42,8 +55,8 @@
 //!   the generic apiserver answers 401. A 401 body is our `{"error": ...}`, not a
 //!   `metav1.Status`, and carries `WWW-Authenticate: Bearer`.
 //! - The SubjectAccessReview carries the user's uid as well (upstream passes user, groups and
-//!   extra). Neither review is cached (the generic apiserver caches TokenReviews for 10 s);
-//!   each gets at most [`REVIEW_TIMEOUT`].
+//!   extra). Both reviews are cached (above); each gets at most [`REVIEW_TIMEOUT`], and a
+//!   POST body at most [`BODY_READ_TIMEOUT`] to arrive.
 //! - A POSTed Placement without `metadata.namespace` is a 400. Upstream reviews the empty
 //!   namespace (all namespaces) and schedules against namespace `""`, where nothing is bound.
 //! - POSTed JSON is read by serde: field names match exactly (Go's decoder also accepts other
@@ -74,7 +87,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
@@ -87,19 +100,126 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use ocm_api::Placement;
-use ocm_runtime::http::{HttpResponse, respond};
+use ocm_runtime::http::{HttpResponse, Listener, respond};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tokio::net::TcpListener;
 
 use crate::core::{Code, Outcome};
 
 /// The path prefix every request must start with.
 pub const DEBUG_PATH: &str = "/debug/placements/";
-/// The largest POST body accepted (1 MiB, as upstream).
+/// The default largest POST body accepted (1 MiB, as upstream).
 pub const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
 /// How long a TokenReview or SubjectAccessReview may take before the request fails (500).
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a POST body may take to arrive (a slow sender holds a request permit).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a 429 asks the caller to wait, in seconds.
+const RETRY_AFTER_SECONDS: &str = "1";
+
+/// The endpoint's bounds (flags of `placement-scheduler controller`).
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct DebugLimits {
+    /// Debug requests worked on at once (reviews and scheduling); more are answered 429 with
+    /// Retry-After at once.
+    #[arg(long, env = "DEBUG_MAX_CONCURRENT_REQUESTS", default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub debug_max_concurrent_requests: usize,
+    /// The largest POST body (a what-if Placement) accepted, in bytes; larger is a 400.
+    #[arg(long, env = "DEBUG_MAX_BODY_BYTES", default_value_t = MAX_REQUEST_BODY_BYTES)]
+    pub debug_max_body_bytes: usize,
+    /// How long TokenReview and SubjectAccessReview answers are reused (10s, as the generic
+    /// apiserver); 0 turns the cache off.
+    #[arg(long, env = "DEBUG_REVIEW_CACHE_TTL", default_value = "10s", value_parser = ocm_runtime::leader::parse_duration)]
+    pub debug_review_cache_ttl: Duration,
+    /// Cached review answers kept at most, per kind (the soonest to expire make room).
+    #[arg(long, env = "DEBUG_REVIEW_CACHE_SIZE", default_value_t = 1024)]
+    pub debug_review_cache_size: usize,
+}
+
+impl Default for DebugLimits {
+    fn default() -> Self {
+        Self {
+            debug_max_concurrent_requests: 4,
+            debug_max_body_bytes: MAX_REQUEST_BODY_BYTES,
+            debug_review_cache_ttl: Duration::from_secs(10),
+            debug_review_cache_size: 1024,
+        }
+    }
+}
+
+/// Which review.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum ReviewKind {
+    TokenReview,
+    SubjectAccessReview,
+}
+
+/// What a review sent to the apiserver answered.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum ReviewResult {
+    /// Authenticated, or allowed.
+    Accepted,
+    /// Not authenticated, or denied.
+    Rejected,
+    /// No answer (an error, a timeout).
+    Error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReviewLabels {
+    kind: ReviewKind,
+    result: ReviewResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: ReviewKind,
+}
+
+/// The endpoint's metrics, under `placement_debug_` (closed label sets).
+#[derive(Clone, Debug, Default)]
+pub struct DebugMetrics {
+    reviews: Family<ReviewLabels, Counter>,
+    cache_hits: Family<KindLabels, Counter>,
+    throttled: Counter,
+}
+
+impl DebugMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        let r = registry.sub_registry_with_prefix("placement_debug");
+        r.register(
+            "reviews",
+            "TokenReviews and SubjectAccessReviews the debug endpoint sent, by answer (Accepted, Rejected, Error)",
+            m.reviews.clone(),
+        );
+        r.register(
+            "review_cache_hits",
+            "Debug requests whose review was answered from the cache",
+            m.cache_hits.clone(),
+        );
+        r.register(
+            "requests_throttled",
+            "Debug requests answered 429 because --debug-max-concurrent-requests were in progress",
+            m.throttled.clone(),
+        );
+        m
+    }
+
+    fn review(&self, kind: ReviewKind, result: ReviewResult) {
+        self.reviews
+            .get_or_create(&ReviewLabels { kind, result })
+            .inc();
+    }
+
+    fn cache_hit(&self, kind: ReviewKind) {
+        self.cache_hits.get_or_create(&KindLabels { kind }).inc();
+    }
+}
 
 const PLACEMENT_GROUP: &str = "cluster.open-cluster-management.io";
 const PLACEMENT_VERSION: &str = "v1beta1";
@@ -193,10 +313,14 @@ pub enum DebugError {
     NotFound(String),
     #[error("method {0} not allowed")]
     MethodNotAllowed(String),
-    #[error("request body too large: {0} bytes exceeds maximum of {MAX_REQUEST_BODY_BYTES} bytes")]
-    DeclaredBodyTooLarge(u64),
-    #[error("request body too large: exceeds maximum of {MAX_REQUEST_BODY_BYTES} bytes")]
-    BodyTooLarge,
+    #[error("request body too large: {declared} bytes exceeds maximum of {limit} bytes")]
+    DeclaredBodyTooLarge { declared: u64, limit: usize },
+    #[error("request body too large: exceeds maximum of {0} bytes")]
+    BodyTooLarge(usize),
+    #[error(
+        "too many debug requests in progress (at most {0}, --debug-max-concurrent-requests): retry later"
+    )]
+    Busy(usize),
     #[error("failed to read request body: {0}")]
     ReadBody(String),
     #[error("failed to unmarshal placement JSON: {0}")]
@@ -234,9 +358,10 @@ impl DebugError {
         match self {
             DebugError::NoToken | DebugError::InvalidToken => StatusCode::UNAUTHORIZED,
             DebugError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            DebugError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             DebugError::InvalidPath
-            | DebugError::DeclaredBodyTooLarge(_)
-            | DebugError::BodyTooLarge
+            | DebugError::DeclaredBodyTooLarge { .. }
+            | DebugError::BodyTooLarge(_)
             | DebugError::ReadBody(_)
             | DebugError::BadJson(_)
             | DebugError::NoNamespace => StatusCode::BAD_REQUEST,
@@ -258,6 +383,12 @@ impl DebugError {
             r.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        if self.status() == StatusCode::TOO_MANY_REQUESTS {
+            r.headers_mut().insert(
+                header::RETRY_AFTER,
+                http::HeaderValue::from_static(RETRY_AFTER_SECONDS),
             );
         }
         r
@@ -286,24 +417,23 @@ pub enum ServeError {
     Address(#[source] std::io::Error),
 }
 
-/// The endpoint on `listener` with `transport`, until `shutdown` completes: a future to spawn,
-/// or an error when the transport would expose tokens (plain HTTP on a non-loopback address).
-/// `client` makes the TokenReviews and SubjectAccessReviews; `source` has the placements and
-/// the state to schedule against.
+/// The endpoint on `listener` (with its connection limits) and `transport`, until `shutdown`
+/// completes: a future to spawn, or an error when the transport would expose tokens (plain
+/// HTTP on a non-loopback address). `debugger` answers the requests.
 pub fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     transport: Transport,
-    client: kube::Client,
-    source: Arc<dyn DebugSource>,
+    debugger: Debugger,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<impl Future<Output = ()> + Send + 'static, ServeError> {
+    let listener = listener.into();
     let addr = listener.local_addr().map_err(ServeError::Address)?;
     let tls = match transport {
         Transport::Tls(config) => Some(config),
         Transport::PlainLoopback if addr.ip().is_loopback() => None,
         Transport::PlainLoopback => return Err(ServeError::PlainNotLoopback(addr)),
     };
-    let debugger = Arc::new(Debugger::new(client, source));
+    let debugger = Arc::new(debugger);
     tracing::info!(%addr, tls = tls.is_some(), "serving the placement debug endpoint");
     Ok(ocm_runtime::http::serve(
         listener,
@@ -316,11 +446,23 @@ pub fn serve(
     ))
 }
 
+/// A SubjectAccessReview's question: the token's digest, the verb, the namespace.
+type AccessKey = (cache::Digest, &'static str, String);
+
 /// The request handler, for embedding into another server.
 #[derive(Clone)]
 pub struct Debugger {
     client: kube::Client,
     source: Arc<dyn DebugSource>,
+    limits: DebugLimits,
+    /// One permit per request in progress (`--debug-max-concurrent-requests`).
+    permits: Arc<tokio::sync::Semaphore>,
+    /// TokenReview answers by token digest: the user, or `None` for a token not accepted.
+    tokens: Arc<cache::TtlCache<cache::Digest, Option<User>>>,
+    /// SubjectAccessReview answers by token digest, verb and namespace: `Ok`, or the denial's
+    /// reason.
+    access: Arc<cache::TtlCache<AccessKey, Result<(), String>>>,
+    metrics: DebugMetrics,
 }
 
 /// Who made a request, as the TokenReview says.
@@ -333,8 +475,29 @@ struct User {
 }
 
 impl Debugger {
-    pub fn new(client: kube::Client, source: Arc<dyn DebugSource>) -> Self {
-        Self { client, source }
+    /// `client` makes the TokenReviews and SubjectAccessReviews (give it a rate limiter of its
+    /// own); `source` has the placements and the state to schedule against.
+    pub fn new(
+        client: kube::Client,
+        source: Arc<dyn DebugSource>,
+        limits: DebugLimits,
+        metrics: DebugMetrics,
+    ) -> Self {
+        let (ttl, size) = (
+            limits.debug_review_cache_ttl,
+            limits.debug_review_cache_size,
+        );
+        Self {
+            client,
+            source,
+            permits: Arc::new(tokio::sync::Semaphore::new(
+                limits.debug_max_concurrent_requests.max(1),
+            )),
+            tokens: Arc::new(cache::TtlCache::new(ttl, size)),
+            access: Arc::new(cache::TtlCache::new(ttl, size)),
+            limits,
+            metrics,
+        }
     }
 
     /// Answers one request.
@@ -367,7 +530,14 @@ impl Debugger {
         B: hyper::body::Body<Data = Bytes> + Send,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
-        let user = self.authenticate(req.headers()).await?;
+        let token = bearer_token(req.headers()).ok_or(DebugError::NoToken)?;
+        // Before any review: a flood is refused here at once, not queued.
+        let permit = self.permits.clone().try_acquire_owned().map_err(|_| {
+            self.metrics.throttled.inc();
+            DebugError::Busy(self.limits.debug_max_concurrent_requests)
+        })?;
+        let digest = cache::digest(token);
+        let user = self.authenticate(token, &digest).await?;
         let path = req.uri().path().to_owned();
         let Some(key) = path.strip_prefix(DEBUG_PATH) else {
             return Err(DebugError::UnknownPath(path));
@@ -375,20 +545,21 @@ impl Debugger {
         let placement = match *req.method() {
             Method::GET => {
                 let (namespace, name) = split_key(key).ok_or(DebugError::InvalidPath)?;
-                self.authorize(&user, "get", namespace).await?;
+                self.authorize(&user, &digest, "get", namespace).await?;
                 self.source
                     .placement(namespace, name)
                     .ok_or_else(|| DebugError::NotFound(name.to_owned()))?
             }
             Method::POST => {
-                let placement = read_placement(req.into_body()).await?;
+                let placement =
+                    read_placement(req.into_body(), self.limits.debug_max_body_bytes).await?;
                 let namespace = placement
                     .metadata
                     .namespace
                     .as_deref()
                     .filter(|ns| !ns.is_empty())
                     .ok_or(DebugError::NoNamespace)?;
-                self.authorize(&user, "create", namespace).await?;
+                self.authorize(&user, &digest, "create", namespace).await?;
                 Arc::new(placement)
             }
             ref other => return Err(DebugError::MethodNotAllowed(other.to_string())),
@@ -400,9 +571,11 @@ impl Debugger {
             "debug scheduling"
         );
 
-        // Scheduling is CPU work (tens of ms on a large fleet): off the async workers.
+        // Scheduling is CPU work (tens of ms on a large fleet): off the async workers. The
+        // permit goes along, so that a caller who hangs up does not free it early.
         let source = self.source.clone();
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let outcome = source.schedule(&placement);
             if outcome.status.code == Code::Error {
                 return Err(DebugError::Scheduling(outcome.status.message));
@@ -413,9 +586,28 @@ impl Debugger {
         .map_err(|e| DebugError::Task(e.to_string()))?
     }
 
-    /// The user behind the bearer token, by TokenReview.
-    async fn authenticate(&self, headers: &http::HeaderMap) -> Result<User, DebugError> {
-        let token = bearer_token(headers).ok_or(DebugError::NoToken)?;
+    /// The user behind the bearer token, by TokenReview (cached).
+    async fn authenticate(&self, token: &str, digest: &cache::Digest) -> Result<User, DebugError> {
+        let kind = ReviewKind::TokenReview;
+        if let Some(known) = self.tokens.get(digest, Instant::now()) {
+            self.metrics.cache_hit(kind);
+            return known.ok_or(DebugError::InvalidToken);
+        }
+        let answer = self.review_token(token).await;
+        let result = match &answer {
+            Ok(Some(_)) => ReviewResult::Accepted,
+            Ok(None) => ReviewResult::Rejected,
+            Err(_) => ReviewResult::Error,
+        };
+        self.metrics.review(kind, result);
+        // A review that could not be made is not an answer: not cached.
+        let user = answer?;
+        self.tokens.insert(*digest, user.clone(), Instant::now());
+        user.ok_or(DebugError::InvalidToken)
+    }
+
+    /// A TokenReview: the user, or `None` when the token is not accepted.
+    async fn review_token(&self, token: &str) -> Result<Option<User>, DebugError> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_owned()),
@@ -437,29 +629,65 @@ impl Debugger {
                     groups,
                     extra,
                 }),
-            ) if !name.is_empty() => Ok(User {
+            ) if !name.is_empty() => Ok(Some(User {
                 name,
                 uid,
                 groups,
                 extra,
-            }),
+            })),
             _ => {
                 tracing::debug!(
                     error = status.error.as_deref().unwrap_or_default(),
                     "bearer token not accepted"
                 );
-                Err(DebugError::InvalidToken)
+                Ok(None)
             }
         }
     }
 
-    /// Whether `user` may `verb` placements in `namespace`, by SubjectAccessReview.
+    /// Whether `user` (the token's, by `digest`) may `verb` placements in `namespace`, by
+    /// SubjectAccessReview (cached).
     async fn authorize(
+        &self,
+        user: &User,
+        digest: &cache::Digest,
+        verb: &'static str,
+        namespace: &str,
+    ) -> Result<(), DebugError> {
+        let kind = ReviewKind::SubjectAccessReview;
+        let key = (*digest, verb, namespace.to_owned());
+        let answer = match self.access.get(&key, Instant::now()) {
+            Some(known) => {
+                self.metrics.cache_hit(kind);
+                known
+            }
+            None => {
+                let answer = self.review_access(user, verb, namespace).await;
+                let result = match &answer {
+                    Ok(Ok(())) => ReviewResult::Accepted,
+                    Ok(Err(_)) => ReviewResult::Rejected,
+                    Err(_) => ReviewResult::Error,
+                };
+                self.metrics.review(kind, result);
+                let answer = answer?;
+                self.access.insert(key, answer.clone(), Instant::now());
+                answer
+            }
+        };
+        answer.map_err(|reason| DebugError::Forbidden {
+            verb,
+            namespace: namespace.to_owned(),
+            reason,
+        })
+    }
+
+    /// A SubjectAccessReview: `Ok`, or the denial's reason.
+    async fn review_access(
         &self,
         user: &User,
         verb: &'static str,
         namespace: &str,
-    ) -> Result<(), DebugError> {
+    ) -> Result<Result<(), String>, DebugError> {
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(user.name.clone()),
@@ -483,15 +711,11 @@ impl Debugger {
             .await
             .map_err(DebugError::AccessReview)?;
         let status = answer.status.unwrap_or_default();
-        if status.allowed {
+        Ok(if status.allowed {
             Ok(())
         } else {
-            Err(DebugError::Forbidden {
-                verb,
-                namespace: namespace.to_owned(),
-                reason: status.reason.unwrap_or_default(),
-            })
-        }
+            Err(status.reason.unwrap_or_default())
+        })
     }
 }
 
@@ -518,23 +742,30 @@ fn split_key(key: &str) -> Option<(&str, &str)> {
     (!namespace.is_empty() && !name.is_empty() && !name.contains('/')).then_some((namespace, name))
 }
 
-/// The POSTed Placement: the body (at most [`MAX_REQUEST_BODY_BYTES`]) as JSON.
-async fn read_placement<B>(body: B) -> Result<Placement, DebugError>
+/// The POSTed Placement: the body (at most `limit` bytes, within [`BODY_READ_TIMEOUT`]) as
+/// JSON.
+async fn read_placement<B>(body: B, limit: usize) -> Result<Placement, DebugError>
 where
     B: hyper::body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     if let Some(declared) = body.size_hint().exact()
-        && declared > MAX_REQUEST_BODY_BYTES as u64
+        && declared > limit as u64
     {
-        return Err(DebugError::DeclaredBodyTooLarge(declared));
+        return Err(DebugError::DeclaredBodyTooLarge { declared, limit });
     }
-    let bytes = match Limited::new(body, MAX_REQUEST_BODY_BYTES).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(DebugError::BodyTooLarge);
+    let read = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect());
+    let bytes = match read.await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(DebugError::BodyTooLarge(limit));
         }
-        Err(e) => return Err(DebugError::ReadBody(e.to_string())),
+        Ok(Err(e)) => return Err(DebugError::ReadBody(e.to_string())),
+        Err(_) => {
+            return Err(DebugError::ReadBody(format!(
+                "not received within {BODY_READ_TIMEOUT:?}"
+            )));
+        }
     };
     // Go's decoder leaves a missing (or null) metadata or spec at its zero value; our type
     // requires both fields.
@@ -640,5 +871,129 @@ pub fn debug_result(placement: &Placement, outcome: &Outcome) -> DebugResult {
         prioritize_results,
         aggregated_scores,
         error: String::new(),
+    }
+}
+
+/// Review answers kept for a while, bounded in size, keyed by token digests.
+mod cache {
+    use std::collections::HashMap;
+    use std::hash::Hash;
+    use std::sync::{Mutex, PoisonError};
+    use std::time::{Duration, Instant};
+
+    /// A SHA-256 of a bearer token: what the caches keep instead of the token.
+    pub type Digest = [u8; 32];
+
+    pub fn digest(token: &str) -> Digest {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref());
+        out
+    }
+
+    /// Values that expire `ttl` after they were put in; at most `capacity` of them (when full,
+    /// the expired ones go, then the one expiring soonest). A zero `ttl` or `capacity` keeps
+    /// nothing.
+    pub struct TtlCache<K, V> {
+        ttl: Duration,
+        capacity: usize,
+        entries: Mutex<HashMap<K, (Instant, V)>>,
+    }
+
+    impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
+        pub fn new(ttl: Duration, capacity: usize) -> Self {
+            Self {
+                ttl,
+                capacity,
+                entries: Mutex::new(HashMap::new()),
+            }
+        }
+
+        fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<K, (Instant, V)>> {
+            // Whole entries are inserted and removed: a panic cannot leave one half-written.
+            self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        /// The value for `key` unless it expired by `now` (an expired one is forgotten).
+        pub fn get(&self, key: &K, now: Instant) -> Option<V> {
+            let mut entries = self.entries();
+            match entries.get(key) {
+                Some((until, value)) if *until > now => Some(value.clone()),
+                Some(_) => {
+                    entries.remove(key);
+                    None
+                }
+                None => None,
+            }
+        }
+
+        pub fn insert(&self, key: K, value: V, now: Instant) {
+            if self.ttl.is_zero() || self.capacity == 0 {
+                return;
+            }
+            let mut entries = self.entries();
+            if entries.len() >= self.capacity && !entries.contains_key(&key) {
+                entries.retain(|_, (until, _)| *until > now);
+                if entries.len() >= self.capacity
+                    && let Some(soonest) = entries
+                        .iter()
+                        .min_by_key(|(_, (until, _))| *until)
+                        .map(|(k, _)| k.clone())
+                {
+                    entries.remove(&soonest);
+                }
+            }
+            entries.insert(key, (now + self.ttl, value));
+        }
+
+        #[cfg(test)]
+        pub fn len(&self) -> usize {
+            self.entries().len()
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn values_expire_and_the_size_stays_bounded() {
+            let c = TtlCache::new(Duration::from_secs(10), 3);
+            let t0 = Instant::now();
+            for i in 0..3u32 {
+                c.insert(i, i, t0 + Duration::from_secs(u64::from(i)));
+            }
+            assert_eq!(c.get(&0, t0 + Duration::from_secs(9)), Some(0));
+            assert_eq!(c.get(&0, t0 + Duration::from_secs(10)), None, "expired");
+            assert_eq!(c.len(), 2, "the expired entry is forgotten");
+            // Full of live entries: the one expiring soonest (1) makes room.
+            c.insert(3, 3, t0 + Duration::from_secs(5));
+            c.insert(4, 4, t0 + Duration::from_secs(5));
+            assert_eq!(c.len(), 3);
+            assert_eq!(c.get(&1, t0 + Duration::from_secs(5)), None);
+            assert_eq!(c.get(&4, t0 + Duration::from_secs(5)), Some(4));
+            // A thousand distinct keys later, still three.
+            for i in 10..1010u32 {
+                c.insert(i, i, t0 + Duration::from_secs(6));
+            }
+            assert_eq!(c.len(), 3);
+        }
+
+        #[test]
+        fn a_zero_ttl_keeps_nothing() {
+            let c = TtlCache::new(Duration::ZERO, 3);
+            c.insert(1, 1, Instant::now());
+            assert_eq!(c.len(), 0);
+        }
+
+        #[test]
+        fn digests_are_sha256_not_the_token() {
+            let d = digest("secret");
+            assert_ne!(&d[..6], b"secret");
+            assert_eq!(
+                d[..4],
+                [0x2b, 0xb8, 0x0d, 0x53],
+                "sha256(\"secret\") starts 2bb80d53"
+            );
+        }
     }
 }

@@ -125,6 +125,8 @@ struct ControllerArgs {
     tls_cert_file: Option<PathBuf>,
     #[arg(long, env = "TLS_KEY_FILE", requires = "tls_cert_file")]
     tls_key_file: Option<PathBuf>,
+    #[command(flatten)]
+    debug_limits: placement_scheduler::debug::DebugLimits,
 }
 
 fn main() -> ExitCode {
@@ -182,15 +184,21 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     let user_agent = concat!("placement-scheduler/", env!("CARGO_PKG_VERSION"));
     let config = ocm_runtime::client::load_config(args.client.kubeconfig.as_deref()).await?;
     let limiter = args.client.rate_limiter()?;
-    // Reads and the debug endpoint's reviews; the controller's writes go through a client that
-    // sends them only while this replica leads (below).
-    let client = ocm_runtime::client::client_with(config.clone(), limiter.as_ref(), user_agent)?;
+    // The debug endpoint's reviews have a rate limiter of their own (same settings), so that
+    // callers of the endpoint never spend the controller's (its client, below, sends writes
+    // only while this replica leads).
+    let review_client = ocm_runtime::client::client_with(
+        config.clone(),
+        args.client.rate_limiter()?.as_ref(),
+        user_agent,
+    )?;
 
     let mut registry = prometheus_client::registry::Registry::default();
     if let Some(l) = &limiter {
         l.register(&mut registry);
     }
     let handle = Handle::new(&mut registry);
+    let debug_metrics = placement_scheduler::debug::DebugMetrics::new(&mut registry);
     handle
         .state
         .write()
@@ -208,7 +216,13 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
 
     if !args.debug_bind_address.is_empty() {
         let source: Arc<dyn placement_scheduler::debug::DebugSource> = Arc::new(handle.clone());
-        let server = debug_endpoint(&args, client.clone(), source, shutdown.clone()).await?;
+        let debugger = placement_scheduler::debug::Debugger::new(
+            review_client,
+            source,
+            args.debug_limits.clone(),
+            debug_metrics,
+        );
+        let server = debug_endpoint(&args, debugger, shutdown.clone()).await?;
         tokio::spawn(server);
     }
 
@@ -253,8 +267,7 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
 /// self-signed certificate, or plain HTTP on loopback when asked for.
 async fn debug_endpoint(
     args: &ControllerArgs,
-    client: kube::Client,
-    source: Arc<dyn placement_scheduler::debug::DebugSource>,
+    debugger: placement_scheduler::debug::Debugger,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<impl std::future::Future<Output = ()> + Send + 'static, Box<dyn std::error::Error>> {
     use placement_scheduler::debug::{self, Transport};
@@ -279,6 +292,8 @@ async fn debug_endpoint(
             Transport::Tls(generated.config)
         }
     };
-    debug::serve(listener, transport, client, source, shutdown)
+    // The same connection limits as the metrics port, counted separately.
+    let listener = ocm_runtime::Listener::new(listener, args.serve.limits.clone());
+    debug::serve(listener, transport, debugger, shutdown)
         .map_err(|e| format!("--debug-insecure-loopback: {e}").into())
 }
