@@ -291,10 +291,22 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     ocm_runtime::logging::init(&args.provider.log)?;
     let settings = args.provider.settings(&args.score_name, SCORER)?;
     let user_agent = concat!("resource-usage-hub-scorer/", env!("CARGO_PKG_VERSION"));
-    let hub = match &args.provider.hub_kubeconfig {
-        Some(path) => score_provider::HubClient::load(path, user_agent).await?,
+    // The elector gets a client of its own, outside the writes' rate limit, so that renewals
+    // never queue behind a round's writes (a kubeconfig-following hub client has no limit).
+    let (hub, elector_client) = match &args.provider.hub_kubeconfig {
+        Some(path) => {
+            let hub = score_provider::HubClient::load(path, user_agent).await?;
+            let elector_client = hub.client();
+            (hub, elector_client)
+        }
         None => {
-            score_provider::HubClient::fixed(ocm_runtime::client(&args.client, user_agent).await?)
+            let config =
+                ocm_runtime::client::load_config(args.client.kubeconfig.as_deref()).await?;
+            let limiter = args.client.rate_limiter()?;
+            let writes =
+                ocm_runtime::client::client_with(config.clone(), limiter.as_ref(), user_agent)?;
+            let elector_client = ocm_runtime::client::client_with(config, None, user_agent)?;
+            (score_provider::HubClient::fixed(writes), elector_client)
         }
     };
     let prom = PromClient::new(PromSettings {
@@ -373,7 +385,7 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     // once (racing the runner) and exits, to come back as a standby, as client-go controllers
     // do. The Lease is released only after the runner stopped, so a standby never writes
     // alongside. A standby is ready: it is doing its job.
-    let elector = args.leader.elector(hub.client(), SCORER)?;
+    let elector = args.leader.elector(elector_client, SCORER)?;
     let mut leadership = None;
     let (release, released) = tokio::sync::oneshot::channel::<()>();
     let mut elector_task = None;
