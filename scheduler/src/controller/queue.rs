@@ -9,9 +9,12 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::metrics::CacheLabels;
 use super::triggers::Key;
 
 /// Why a timer holds a key.
@@ -83,7 +86,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub struct Queue {
     inner: Mutex<Inner>,
     notify: Notify,
+    /// The sizes of the per-key maps (`cache_entries`), set after every change.
+    gauges: Option<Family<CacheLabels, Gauge>>,
 }
+
+/// The `cache` label values of the queue's per-key maps.
+const FAILURES: &str = "queue_failures";
+const REQUEUES: &str = "queue_requeues";
 
 impl Queue {
     /// A queue whose events wait `debounce` before they are handed out.
@@ -93,6 +102,12 @@ impl Queue {
         q
     }
 
+    /// Reports the sizes of its per-key maps into `gauges` (by `cache` label).
+    pub fn with_gauges(mut self, gauges: Family<CacheLabels, Gauge>) -> Self {
+        self.gauges = Some(gauges);
+        self
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
         let mut guard = match self.inner.lock() {
             Ok(g) => g,
@@ -100,7 +115,19 @@ impl Queue {
             // a way that matters more than losing the queue: keep going.
             Err(poisoned) => poisoned.into_inner(),
         };
-        f(&mut guard)
+        let out = f(&mut guard);
+        // (Not the timers: counting them walks the map. A removed key's stale timer entries
+        // are dropped when due.)
+        if let Some(g) = &self.gauges {
+            for (cache, n) in [
+                (FAILURES, guard.failures.len()),
+                (REQUEUES, guard.requeues.len()),
+            ] {
+                g.get_or_create(&CacheLabels { cache })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        out
     }
 
     /// Adds a key after the debounce.
@@ -156,6 +183,34 @@ impl Queue {
 
     pub fn forget(&self, key: &Key) {
         self.with(|i| i.failures.remove(key));
+    }
+
+    /// The key's object is gone: its backoff and pending requeue go too (else a placement
+    /// deleted while failing, or with a far toleration requeue, stays here). A key queued or
+    /// being processed finishes normally (it finds nothing to schedule).
+    pub fn remove(&self, key: &Key) {
+        self.with(|i| {
+            i.failures.remove(key);
+            if let Some(at) = i.requeues.remove(key)
+                && let Some(due) = i.timers.get_mut(&at)
+            {
+                due.retain(|(k, why)| !(k == key && *why == Due::Requeue));
+                if due.is_empty() {
+                    i.timers.remove(&at);
+                }
+            }
+        });
+    }
+
+    /// Entries in the per-key maps: (backoff counters, requeues, timers).
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        self.with(|i| {
+            (
+                i.failures.len(),
+                i.requeues.len(),
+                i.timers.values().map(Vec::len).sum(),
+            )
+        })
     }
 
     /// Marks a key handed out by [`Queue::next_batch`] as done.
@@ -275,6 +330,28 @@ mod tests {
         let before = Instant::now();
         q.add_rate_limited(k("f"));
         q.next_batch(10).await;
+        assert_eq!(Instant::now() - before, Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_removed_key_leaves_nothing_behind() {
+        let q = Queue::default();
+        for n in 0..100 {
+            let key = k(&n.to_string());
+            q.add_rate_limited(key.clone());
+            q.add_rate_limited(key.clone());
+            q.add_at(key, Instant::now() + Duration::from_secs(3600));
+        }
+        assert_eq!(q.sizes(), (100, 100, 100));
+        for n in 0..100 {
+            q.remove(&k(&n.to_string()));
+        }
+        assert_eq!(q.sizes(), (0, 0, 0));
+        assert!(q.is_empty());
+        // A key that is back later starts afresh.
+        let before = Instant::now();
+        q.add_rate_limited(k("0"));
+        assert_eq!(q.next_batch(10).await, [k("0")]);
         assert_eq!(Instant::now() - before, Duration::from_millis(5));
     }
 }
