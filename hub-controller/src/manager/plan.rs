@@ -223,11 +223,13 @@ struct Cluster<'a> {
 /// Renderings kept between passes: rendering parses the agent's YAML templates, and a pass
 /// over a settled fleet needs each cluster's rendering only to compare hashes. Keyed by the
 /// cluster and the config's spec, for one template; what a pass did not use is dropped.
+/// Also the CSR requests parsed (by uid and resourceVersion), dropped the same way.
 #[derive(Debug, Default)]
 pub struct Renders {
     template: Option<AgentTemplate>,
     previous: HashMap<(String, String), Result<Arc<Rendered>, String>>,
     current: HashMap<(String, String), Result<Arc<Rendered>, String>>,
+    requests: super::csr::Requests,
 }
 
 impl Renders {
@@ -266,6 +268,15 @@ impl Renders {
     /// Ends a pass: what it did not use goes.
     fn rotate(&mut self) {
         self.previous = std::mem::take(&mut self.current);
+        self.requests.rotate();
+    }
+
+    /// Entries kept: (renderings, parsed CSR requests).
+    pub fn sizes(&self) -> (usize, usize) {
+        (
+            self.previous.len() + self.current.len(),
+            self.requests.len(),
+        )
     }
 }
 
@@ -727,7 +738,13 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
             })
     };
     for csr in &snap.csrs {
-        match registration::check_csr(csr, &settings.addon, &settings.agent, registered) {
+        match registration::check_csr_with(
+            csr,
+            &settings.addon,
+            &settings.agent,
+            registered,
+            &mut renders.requests,
+        ) {
             Ok(()) => {
                 if let Some(name) = &csr.metadata.name {
                     out.actions.push(Action::ApproveCsr {
