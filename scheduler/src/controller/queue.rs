@@ -38,11 +38,15 @@ struct Inner {
     /// and timer entries that no longer match are stale (so timers never pile up).
     requeues: HashMap<Key, Instant>,
     failures: HashMap<Key, u32>,
+    /// Keys removed (their object deleted) while a worker had them: the worker's requeue or
+    /// backoff for them is dropped. Cleared when the key is done or added again.
+    removed: HashSet<Key>,
     debounce: Duration,
 }
 
 impl Inner {
     fn add(&mut self, key: Key, debounce: bool, now: Instant) {
+        self.removed.remove(&key);
         if self.processing.contains(&key) {
             self.dirty_while_processing.insert(key);
         } else if self.queued.insert(key.clone()) {
@@ -154,6 +158,9 @@ impl Queue {
     /// Adds the key at `at` (earlier timers for it are kept; the key is scheduled once when due).
     pub fn add_at(&self, key: Key, at: Instant) {
         self.with(|i| {
+            if i.removed.contains(&key) {
+                return;
+            }
             // Within a second of the one already set is the same requeue (requeue times come
             // from whole-second timestamps); so a key adds at most one timer per second.
             if i.requeues
@@ -171,14 +178,21 @@ impl Queue {
     /// Adds the key after its backoff, which doubles with each failure until [`Queue::forget`].
     pub fn add_rate_limited(&self, key: Key) {
         let delay = self.with(|i| {
+            if i.removed.contains(&key) {
+                return None;
+            }
             let n = i.failures.entry(key.clone()).or_insert(0);
             *n += 1;
             let exp = (*n - 1).min(30);
-            Duration::from_millis(5)
-                .saturating_mul(1u32 << exp)
-                .min(MAX_BACKOFF)
+            Some(
+                Duration::from_millis(5)
+                    .saturating_mul(1u32 << exp)
+                    .min(MAX_BACKOFF),
+            )
         });
-        self.add_at(key, Instant::now() + delay);
+        if let Some(delay) = delay {
+            self.add_at(key, Instant::now() + delay);
+        }
     }
 
     pub fn forget(&self, key: &Key) {
@@ -191,6 +205,9 @@ impl Queue {
     pub fn remove(&self, key: &Key) {
         self.with(|i| {
             i.failures.remove(key);
+            if i.processing.contains(key) {
+                i.removed.insert(key.clone());
+            }
             if let Some(at) = i.requeues.remove(key)
                 && let Some(due) = i.timers.get_mut(&at)
             {
@@ -218,6 +235,7 @@ impl Queue {
         let now = Instant::now();
         let again = self.with(|i| {
             i.processing.remove(key);
+            i.removed.remove(key);
             if i.dirty_while_processing.remove(key) {
                 i.add(key.clone(), true, now);
                 true
@@ -348,6 +366,13 @@ mod tests {
         }
         assert_eq!(q.sizes(), (0, 0, 0));
         assert!(q.is_empty());
+        // Removed while a worker has it: the worker's backoff for it is dropped.
+        q.add(k("w"));
+        assert_eq!(q.next_batch(10).await, [k("w")]);
+        q.remove(&k("w"));
+        q.add_rate_limited(k("w"));
+        q.done(&k("w"));
+        assert_eq!(q.sizes(), (0, 0, 0));
         // A key that is back later starts afresh.
         let before = Instant::now();
         q.add_rate_limited(k("0"));

@@ -221,7 +221,10 @@ mod tests {
             idx.upsert(&placement(&format!("ns{i}"), "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
                 {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": format!("r{i}"), "scoreName": "s"}}}]}})));
         }
-        assert_eq!((idx.by_resource.len(), idx.by_namespace.len()), (1000, 1000));
+        assert_eq!(
+            (idx.by_resource.len(), idx.by_namespace.len()),
+            (1000, 1000)
+        );
         for i in 0..1000 {
             idx.remove(&(format!("ns{i}"), "p".into()));
         }
