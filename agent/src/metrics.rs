@@ -23,6 +23,12 @@ pub struct WhatLabel {
     pub what: &'static str,
 }
 
+/// `cache`: which per-object map (names fixed in the code).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabel {
+    pub cache: &'static str,
+}
+
 /// Clones share the series.
 #[derive(Clone)]
 pub struct Metrics {
@@ -45,6 +51,8 @@ pub struct Metrics {
     /// The hub's clock minus the local one, as the hub's last response showed (scores are
     /// timed by the hub's clock).
     pub hub_clock_offset: Gauge<f64, AtomicU64>,
+    /// Entries in per-cluster maps (`writer_known`): they follow the clusters scored.
+    pub cache_entries: Family<CacheLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -62,6 +70,7 @@ impl Default for Metrics {
             last_success: Gauge::default(),
             hub_backoff: Gauge::default(),
             hub_clock_offset: Gauge::default(),
+            cache_entries: Family::default(),
         }
     }
 }
@@ -115,6 +124,11 @@ impl Metrics {
             "The hub's clock minus the local clock, from the Date of the hub's last response",
             Unit::Seconds,
             self.hub_clock_offset.clone(),
+        );
+        r.register(
+            "cache_entries",
+            "Entries in the framework's per-cluster maps, by map",
+            self.cache_entries.clone(),
         );
     }
 }

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::hub::HubClient;
 use crate::lease::{self, LeaseSettings};
-use crate::metrics::{Metrics, ResultLabel, WhatLabel};
+use crate::metrics::{CacheLabel, Metrics, ResultLabel, WhatLabel};
 use crate::provider::{Change, ProviderError, ScoreProvider};
 use crate::writer::{ScoreWriter, WriteError, WriteSettings, Written};
 
@@ -238,6 +238,7 @@ impl<P: ScoreProvider> Runner<P> {
                 return;
             }
         };
+        self.count_known(writer);
         let mut hub_error: Option<WriteError> = None;
         let mut refused = 0usize;
         for (cluster, result) in results {
@@ -275,6 +276,7 @@ impl<P: ScoreProvider> Runner<P> {
                 if timers.hub_recovered() {
                     // Someone may have changed or deleted the objects meanwhile.
                     writer.forget();
+                    self.count_known(writer);
                     tracing::info!("hub writes succeed again");
                 }
                 self.metrics.hub_backoff.set(0);
@@ -290,6 +292,15 @@ impl<P: ScoreProvider> Runner<P> {
                 }
             }
         }
+    }
+
+    fn count_known(&self, writer: &ScoreWriter) {
+        self.metrics
+            .cache_entries
+            .get_or_create(&CacheLabel {
+                cache: "writer_known",
+            })
+            .set(i64::try_from(writer.known_len()).unwrap_or(i64::MAX));
     }
 
     fn count_compute(&self, result: &'static str) {

@@ -116,8 +116,15 @@ impl ScoreWriter {
         self.known.clear();
     }
 
+    /// Clusters whose object is known (the `writer_known` cache).
+    pub fn known_len(&self) -> usize {
+        self.known.len()
+    }
+
     /// Writes every cluster of `computed`, `concurrency` at a time, timed by `clock`, and
-    /// returns each result in cluster order.
+    /// returns each result in cluster order. What is known of a cluster not in `computed`
+    /// (deleted, or not scored this time) is forgotten: its object is read again if it comes
+    /// back, and a fleet's churn does not pile up here.
     pub async fn write_all(
         &mut self,
         client: &kube::Client,
@@ -125,6 +132,7 @@ impl ScoreWriter {
         clock: &HubClock,
         concurrency: usize,
     ) -> Vec<(String, Result<Written, WriteError>)> {
+        let mut previous = std::mem::take(&mut self.known);
         // Owned inputs per job: futures borrowing from a closure's arguments are not `Send`
         // for every lifetime, which the provider's task needs.
         let jobs: Vec<_> = computed
@@ -134,7 +142,7 @@ impl ScoreWriter {
                     self.settings.clone(),
                     client.clone(),
                     cluster.to_owned(),
-                    self.known.remove(cluster),
+                    previous.remove(cluster),
                     outcome.clone(),
                     clock.clone(),
                 )

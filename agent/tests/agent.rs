@@ -685,3 +685,107 @@ async fn a_write_decided_on_a_stale_read_does_not_overwrite_a_newer_status() {
         "the newer status was overwritten: {types:?}"
     );
 }
+
+/// A hub-side provider rating whichever clusters the test says.
+struct Fleet {
+    clusters: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl score_provider::ScoreProvider for Fleet {
+    async fn compute(&mut self) -> Result<score_provider::Computed, score_provider::ProviderError> {
+        let clusters = self.clusters.lock().map(|c| c.clone()).unwrap_or_default();
+        let mut out = score_provider::Computed::new();
+        for c in clusters {
+            let scores: score_provider::Scores = [("cpu", 7)].into_iter().collect();
+            out.insert(c, score_provider::Outcome::Scores(scores));
+        }
+        Ok(out)
+    }
+}
+
+/// The value of `score_provider_cache_entries{cache="writer_known"}`.
+fn writer_known(registry: &prometheus_client::registry::Registry) -> Option<i64> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("score_provider_cache_entries{cache=\"writer_known\"} "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Issue 16 item 6: a hub-side provider scores 1,000 clusters through the framework, then
+/// the clusters go (the hub scorer stops rating a deleted cluster): what the writer knew of
+/// them goes too (`writer_known` back to its start). 1,000, not 10,000: each cluster needs
+/// its namespace and its score object on the shared apiserver.
+#[tokio::test]
+async fn the_writer_forgets_clusters_that_are_gone() {
+    use futures::StreamExt;
+    const CLUSTERS: usize = 1_000;
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("client");
+    let prefix = testenv::namespace(&admin, "churn")
+        .await
+        .expect("namespace");
+    let names: Vec<String> = (0..CLUSTERS).map(|i| format!("{prefix}-{i}")).collect();
+    futures::stream::iter(names.iter().map(|n| {
+        let api = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone());
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": n}})).expect("a namespace");
+        async move {
+            api.create(&PostParams::default(), &ns)
+                .await
+                .expect("namespace")
+        }
+    }))
+    .buffer_unordered(16)
+    .collect::<Vec<_>>()
+    .await;
+
+    let clusters = Arc::new(std::sync::Mutex::new(names.clone()));
+    let mut settings = score_provider::Settings::new(score_provider::WriteSettings {
+        score_name: RESOURCE_USAGE_SCORE.into(),
+        ttl: Duration::from_secs(600),
+        period: Duration::from_millis(500),
+        hysteresis: 0,
+        manager: "churn-test".into(),
+    });
+    settings.debounce = Duration::from_millis(50);
+    let runner = score_provider::Runner::new(
+        Fleet {
+            clusters: clusters.clone(),
+        },
+        score_provider::HubClient::fixed(admin.clone()),
+        settings,
+    );
+    let mut registry = prometheus_client::registry::Registry::default();
+    runner.metrics().register(&mut registry);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(runner.run(async {
+        let _ = stopped.await;
+    }));
+
+    let started = std::time::Instant::now();
+    let peak = eventually("every cluster written and known", DEADLINE, || async {
+        writer_known(&registry).filter(|n| *n == CLUSTERS as i64)
+    })
+    .await;
+    let written = started.elapsed();
+    // The scores are on the hub: the map held real objects.
+    let last = names.last().expect("a cluster");
+    assert!(
+        Api::<ocm_api::AddOnPlacementScore>::namespaced(admin.clone(), last)
+            .get_opt(RESOURCE_USAGE_SCORE)
+            .await
+            .expect("get score")
+            .is_some()
+    );
+    clusters.lock().map(|mut c| c.clear()).expect("lock");
+    let end = eventually("the writer forgets them", DEADLINE, || async {
+        writer_known(&registry).filter(|n| *n == 0)
+    })
+    .await;
+    eprintln!(
+        "writer churn: {CLUSTERS} clusters written in {written:?}; writer_known peak {peak}, end {end}"
+    );
+    let _ = stop.send(());
+    let _ = task.await;
+}

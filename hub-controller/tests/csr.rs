@@ -10,6 +10,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
@@ -497,5 +498,153 @@ async fn hostile_requests_are_never_approved_and_each_is_reported_once() {
     }
     drop(manager);
     eprintln!("refused by the apiserver itself: {refused_by_apiserver:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The value of `addon_manager_cache_entries{cache="<cache>"}` on the manager's /metrics.
+async fn cache_entries(port: u16, cache: &str) -> Option<i64> {
+    let text = testenv::http::get(([127, 0, 0, 1], port).into(), "/metrics")
+        .await
+        .ok()?
+        .1;
+    let series = format!("addon_manager_cache_entries{{cache=\"{cache}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Issue 16 item 6: CSRs come and go by the thousand (each refused after its request is
+/// parsed, so each is parsed, cached and reported); once they are deleted, the manager's
+/// per-CSR memory (`csr_requests`, `csr_refusals`) is back where it started. 1,000 CSRs:
+/// each is created as the cluster's registration agent and gets an event, which is what
+/// takes the time on two cores.
+#[tokio::test]
+async fn deleted_csrs_leave_nothing_behind() {
+    const CHURN: usize = 1_000;
+    let addon = "csr-churn";
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("client");
+    let system = testenv::namespace(&admin, "csr-churn-manager")
+        .await
+        .expect("namespace");
+    let sa = "resource-usage-hub";
+    let rbac = include_str!("../../charts/ocm-placement/files/manager-rbac.yaml")
+        .replace("{{ADDON}}", addon)
+        .replace("{{NAMESPACE}}", &system)
+        .replace("{{SUBJECT}}", sa);
+    testenv::apply_yaml(&admin, &rbac, &system)
+        .await
+        .expect("the manager's RBAC");
+    let dir = std::env::temp_dir().join(format!("hub-csr-test-{system}"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&system, sa)).expect("kubeconfig");
+
+    let cluster = common::accepted_cluster(&admin, "csr-churn").await;
+    let mca: ManagedClusterAddOn = serde_json::from_value(json!({
+        "apiVersion": "addon.open-cluster-management.io/v1alpha1",
+        "kind": "ManagedClusterAddOn",
+        "metadata": {"name": addon, "namespace": cluster},
+        "spec": {}
+    }))
+    .expect("an mca");
+    Api::<ManagedClusterAddOn>::namespaced(admin.clone(), &cluster)
+        .create(&PostParams::default(), &mca)
+        .await
+        .expect("create mca");
+    let agent = registration_agent(&cluster);
+    common::allow_csr_create(&admin, &format!("{cluster}-csr-churn"), "User", &agent.0).await;
+
+    let port = testenv::free_port();
+    let _manager = Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
+        .args([
+            "manager",
+            "--addon-name",
+            addon,
+            "--agent-image",
+            "example.com/agent:test",
+            "--leader-elect=false",
+            "--event-debounce=50ms",
+        ])
+        .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Process)
+        .expect("manager binary");
+    let start = eventually("the manager's cache gauges", DEADLINE, || async {
+        Some((
+            cache_entries(port, "csr_requests").await?,
+            cache_entries(port, "csr_refusals").await?,
+        ))
+    })
+    .await;
+
+    // Well-formed requests from the cluster's own agent, for a name that is not the agent's:
+    // parsed, then refused (WrongCommonName).
+    let groups: Vec<&str> = agent.1.iter().map(String::as_str).collect();
+    let as_agent = cp.client_as(&agent.0, &groups).expect("agent client");
+    let csrs = Api::<CertificateSigningRequest>::all(as_agent);
+    let request = pem(&request_der(
+        "system:open-cluster-management:cluster:other:addon:csr-churn:agent:x",
+        &default_groups(&cluster, addon)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    ));
+    let names: Vec<String> = (0..CHURN).map(|i| format!("{cluster}-churn-{i}")).collect();
+    let started = std::time::Instant::now();
+    futures::stream::iter(names.iter().map(|name| {
+        let csr: CertificateSigningRequest = serde_json::from_value(json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name, "labels": {
+                "open-cluster-management.io/cluster-name": cluster,
+                "open-cluster-management.io/addon-name": addon}},
+            "spec": {"request": k8s_openapi::ByteString(request.clone().into_bytes()),
+                     "signerName": SIGNER, "usages": AGENT_USAGES}
+        }))
+        .expect("a csr");
+        let csrs = csrs.clone();
+        async move {
+            csrs.create(&PostParams::default(), &csr)
+                .await
+                .expect("create csr")
+        }
+    }))
+    .buffer_unordered(16)
+    .collect::<Vec<_>>()
+    .await;
+    let peak = eventually("every CSR parsed and refused once", DEADLINE, || async {
+        let requests = cache_entries(port, "csr_requests").await?;
+        let refusals = cache_entries(port, "csr_refusals").await?;
+        (requests >= start.0 + CHURN as i64 && refusals >= start.1 + CHURN as i64)
+            .then_some((requests, refusals))
+    })
+    .await;
+    let admin_csrs = Api::<CertificateSigningRequest>::all(admin.clone());
+    futures::stream::iter(names.iter().map(|name| {
+        let api = admin_csrs.clone();
+        async move {
+            api.delete(name, &Default::default())
+                .await
+                .expect("delete csr")
+        }
+    }))
+    .buffer_unordered(16)
+    .collect::<Vec<_>>()
+    .await;
+    let end = eventually("the CSR caches back to their start", DEADLINE, || async {
+        let now = (
+            cache_entries(port, "csr_requests").await?,
+            cache_entries(port, "csr_refusals").await?,
+        );
+        (now == start).then_some(now)
+    })
+    .await;
+    eprintln!(
+        "csr churn: {CHURN} CSRs created and deleted in {:?}; cache entries (requests, refusals): start {start:?}, peak {peak:?}, end {end:?}",
+        started.elapsed()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

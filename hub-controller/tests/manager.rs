@@ -14,12 +14,12 @@ use std::time::Duration;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use ocm_api::addon::v1alpha1::{
     AddOnDeploymentConfig, ClusterManagementAddOn, ManagedClusterAddOn,
 };
-use ocm_api::cluster::v1beta1::PlacementDecision;
+use ocm_api::cluster::v1beta1::{Placement, PlacementDecision};
 use ocm_api::work::v1::ManifestWork;
 use ocm_api::{AddOnPlacementScore, AddOnPlacementScoreStatus};
 use resource_usage_hub::manager::controller::{self, AlwaysLeader, Handle, Options};
@@ -161,7 +161,24 @@ async fn decision(
     set_decisions(client, ns, name, clusters).await;
 }
 
+/// Sets a decision's clusters, then its Placement's status as a scheduler that succeeded
+/// leaves it (see [`mark_scheduled`]).
 async fn set_decisions(client: &Client, ns: &str, name: &str, clusters: &[&str]) {
+    set_decisions_only(client, ns, name, clusters).await;
+    let d = Api::<PlacementDecision>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("decision");
+    if let Some(p) = d
+        .labels()
+        .get("cluster.open-cluster-management.io/placement")
+    {
+        mark_scheduled(client, ns, p).await;
+    }
+}
+
+/// Sets a decision's clusters, leaving its Placement alone.
+async fn set_decisions_only(client: &Client, ns: &str, name: &str, clusters: &[&str]) {
     let decisions: Vec<Value> = clusters
         .iter()
         .map(|c| json!({"clusterName": c, "reason": ""}))
@@ -174,6 +191,59 @@ async fn set_decisions(client: &Client, ns: &str, name: &str, clusters: &[&str])
         )
         .await
         .expect("decision status");
+}
+
+/// A `PlacementSatisfied` condition as the scheduler writes it.
+fn satisfied(status: &str, reason: &str) -> Value {
+    json!({"type": "PlacementSatisfied", "status": status, "reason": reason,
+           "message": format!("{reason}"), "lastTransitionTime": "2026-01-01T00:00:00Z"})
+}
+
+/// The Placement as a scheduler that succeeded leaves it: satisfied, selecting the clusters
+/// its decisions hold (created when missing).
+async fn mark_scheduled(client: &Client, ns: &str, placement: &str) {
+    let n: usize = Api::<PlacementDecision>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!(
+            "cluster.open-cluster-management.io/placement={placement}"
+        )))
+        .await
+        .expect("decisions")
+        .items
+        .iter()
+        .map(|d| d.status.as_ref().map_or(0, |s| s.decisions.len()))
+        .sum();
+    set_placement_status(
+        client,
+        ns,
+        placement,
+        json!({"numberOfSelectedClusters": n,
+               "conditions": [satisfied("True", "AllDecisionsScheduled")]}),
+    )
+    .await;
+}
+
+/// Writes the Placement's status (`null`: none), creating the Placement when missing.
+async fn set_placement_status(client: &Client, ns: &str, name: &str, status: Value) {
+    let api = Api::<Placement>::namespaced(client.clone(), ns);
+    if api.get_opt(name).await.expect("get placement").is_none() {
+        let p: Placement = serde_json::from_value(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+            "kind": "Placement",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {}
+        }))
+        .expect("a placement");
+        api.create(&PostParams::default(), &p)
+            .await
+            .expect("create placement");
+    }
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .expect("placement status");
 }
 
 async fn create_adc(client: &Client, ns: &str, name: &str, spec: Value) {
@@ -1348,6 +1418,157 @@ fn passes(metrics: &str) -> u64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// `status/reason: message` of the CMA's PlacementScheduled for its first placement.
+async fn placement_scheduled(client: &Client, addon: &str) -> Option<String> {
+    let cma = Api::<ClusterManagementAddOn>::all(client.clone())
+        .get_opt(addon)
+        .await
+        .ok()??;
+    let progression = cma.status?.install_progressions.into_iter().next()?;
+    let c = progression
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "PlacementScheduled")?;
+    Some(format!("{}/{}: {}", c.status, c.reason, c.message))
+}
+
+/// Issue 16 item 2: a placement whose scheduling failed or is unknown (misconfigured with its
+/// decisions emptied, Unknown, its status gone, the placement gone) uninstalls nothing; the
+/// ClusterManagementAddOn says why; when it is scheduled again with the same clusters nothing
+/// is reinstalled. The manager binary runs as the chart's identity.
+#[tokio::test]
+async fn an_unscheduled_placement_uninstalls_nothing() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("client");
+    let addon = "unscheduled-addon";
+    let system = namespace(&admin, "unscheduled-system").await;
+    let (_dir, kubeconfig) = as_the_manager(cp, &admin, addon, &system).await;
+    let pns = namespace(&admin, "unscheduled-placements").await;
+    let clusters = [
+        cluster(&admin, "unscheduled").await,
+        cluster(&admin, "unscheduled").await,
+    ];
+    let c: Vec<&str> = clusters.iter().map(String::as_str).collect();
+    create_cma(
+        &admin,
+        addon,
+        json!({"type": "Placements", "placements": [{"namespace": pns, "name": "fleet"}]}),
+    )
+    .await;
+    decision(&admin, &pns, "fleet-decision-1", "fleet", None, &c).await;
+    let _manager = Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
+        .args([
+            "manager",
+            "--addon-name",
+            addon,
+            "--agent-image",
+            IMAGE,
+            "--leader-elect=false",
+            "--event-debounce=50ms",
+        ])
+        .arg(format!(
+            "--metrics-bind-address=127.0.0.1:{}",
+            testenv::free_port()
+        ))
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Process)
+        .expect("manager binary");
+
+    // Installed: an add-on and a work per cluster.
+    let installed = || async {
+        let mut out = Vec::new();
+        for cl in &c {
+            let m = mca(&admin, cl, addon).await?;
+            let w = work(&admin, cl, addon).await?;
+            out.push((m.uid()?, w.uid()?, w.metadata.generation));
+        }
+        Some(out)
+    };
+    let before = eventually("the add-on on both clusters", DEADLINE, installed).await;
+    eventually("the placement reported scheduled", DEADLINE, || async {
+        placement_scheduled(&admin, addon)
+            .await
+            .filter(|c| c.starts_with("True/PlacementScheduled"))
+    })
+    .await;
+
+    let placements = Api::<Placement>::namespaced(admin.clone(), &pns);
+    let misconfigured = json!({"numberOfSelectedClusters": 0, "conditions": [
+        {"type": "PlacementMisconfigured", "status": "True", "reason": "Misconfigured",
+         "message": "the CEL compiler could not start", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        satisfied("False", "Misconfigured")]});
+    let unknown = json!({"numberOfSelectedClusters": 0,
+                         "conditions": [satisfied("Unknown", "Scheduling")]});
+    let cases = [
+        (
+            "misconfigured",
+            Some(misconfigured),
+            "False/PlacementFailed",
+        ),
+        ("Unknown", Some(unknown), "False/PlacementUnknown"),
+        (
+            "status removed",
+            Some(Value::Null),
+            "False/PlacementUnknown",
+        ),
+        ("placement deleted", None, "False/PlacementNotFound"),
+    ];
+    for (what, status, expected) in cases {
+        // As a failing scheduler leaves it: the decisions emptied, the status saying why.
+        set_decisions_only(&admin, &pns, "fleet-decision-1", &[]).await;
+        match status {
+            Some(s) => set_placement_status(&admin, &pns, "fleet", s).await,
+            None => {
+                placements
+                    .delete("fleet", &Default::default())
+                    .await
+                    .expect("delete placement");
+            }
+        }
+        let reported = eventually(
+            &format!("{what}: the ClusterManagementAddOn says why"),
+            DEADLINE,
+            || async {
+                placement_scheduled(&admin, addon)
+                    .await
+                    .filter(|c| c.starts_with(expected))
+            },
+        )
+        .await;
+        assert!(
+            reported.contains(&format!("{pns}/fleet")),
+            "{what}: {reported}"
+        );
+        // The pass that wrote the condition planned no uninstall: everything is still there,
+        // the same objects, the works untouched.
+        assert_eq!(installed().await.as_ref(), Some(&before), "{what}");
+
+        // Scheduled again, the same clusters: nothing reinstalled.
+        set_decisions(&admin, &pns, "fleet-decision-1", &c).await;
+        eventually(&format!("{what}: scheduled again"), DEADLINE, || async {
+            placement_scheduled(&admin, addon)
+                .await
+                .filter(|c| c.starts_with("True/PlacementScheduled"))
+        })
+        .await;
+        assert_eq!(installed().await.as_ref(), Some(&before), "{what}");
+    }
+
+    // A genuine answer still uninstalls: the placement selects one cluster.
+    set_decisions(&admin, &pns, "fleet-decision-1", &c[..1]).await;
+    eventually("the other cluster's add-on goes", DEADLINE, || async {
+        mca(&admin, c[1], addon).await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(
+        mca(&admin, c[0], addon).await.and_then(|m| m.uid()),
+        Some(before[0].0.clone())
+    );
 }
 
 #[tokio::test]

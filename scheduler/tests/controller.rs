@@ -999,3 +999,108 @@ subjects:
         "{note}"
     );
 }
+
+/// Issue 16 item 6: 2,000 Placements whose decision writes fail (a ValidatingAdmissionPolicy
+/// denies every PlacementDecision create in the namespace) all go into backoff; once they are
+/// deleted the queue's per-key maps (`placement_cache_entries{cache="queue_failures"}` and
+/// `{cache="queue_requeues"}`) are back where they started. (2,000, not 10,000: on two shared
+/// cores every failing placement is retried at 5 ms, 10 ms, ... before the next one's first
+/// pass, and 10,000 take minutes.)
+#[tokio::test]
+async fn deleted_placements_leave_no_backoff_behind() {
+    use futures::StreamExt;
+    use placement_scheduler::controller::metrics::CacheLabels;
+    const PLACEMENTS: usize = 2_000;
+    let hub = Hub::new("pl-leak").await;
+    let policy = format!("{}-no-decisions", hub.ns);
+    testenv::apply(
+        &hub.client,
+        &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["cluster.open-cluster-management.io"],
+                    "apiVersions": ["*"], "operations": ["CREATE"], "resources": ["placementdecisions"]}]},
+                "validations": [{"expression": "false", "message": "no decisions here (drill)"}]}}),
+        "",
+    )
+    .await
+    .unwrap();
+    testenv::apply(
+        &hub.client,
+        &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy},
+            "spec": {"policyName": policy, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": hub.ns}}}}}),
+        "",
+    )
+    .await
+    .unwrap();
+    // The policy is in force once a create is denied.
+    let decisions: Api<PlacementDecision> = Api::namespaced(hub.client.clone(), &hub.ns);
+    eventually("the policy denies decisions", || async {
+        let probe: PlacementDecision =
+            serde_json::from_value(json!({"metadata": {"name": "probe"}})).unwrap();
+        match decisions.create(&Default::default(), &probe).await {
+            Ok(_) => {
+                let _ = decisions.delete("probe", &DeleteParams::default()).await;
+                None
+            }
+            Err(_) => Some(()),
+        }
+    })
+    .await;
+    let metrics = hub.controller.as_ref().unwrap().handle.metrics.clone();
+    let gauge = |cache: &'static str| {
+        metrics
+            .cache_entries
+            .get_or_create(&CacheLabels { cache })
+            .get()
+    };
+    let start = (gauge("queue_failures"), gauge("queue_requeues"));
+
+    let started = std::time::Instant::now();
+    let placements: Api<ocm_api::Placement> = Api::namespaced(hub.client.clone(), &hub.ns);
+    futures::stream::iter((0..PLACEMENTS).map(|i| {
+        let api = placements.clone();
+        async move {
+            let p: ocm_api::Placement =
+                serde_json::from_value(json!({"metadata": {"name": format!("p{i}")}, "spec": {}}))
+                    .unwrap();
+            api.create(&Default::default(), &p).await.unwrap();
+        }
+    }))
+    .buffer_unordered(32)
+    .collect::<Vec<_>>()
+    .await;
+    let created = started.elapsed();
+    let peak = testenv::eventually(
+        "every placement's write failed and backs off",
+        std::time::Duration::from_secs(600),
+        || async {
+            let f = gauge("queue_failures");
+            (f >= start.0 + PLACEMENTS as i64).then_some(f)
+        },
+    )
+    .await;
+    let failed = started.elapsed();
+    // Nothing was written: the failure is the write's.
+    assert!(hub.decisions("p0").await.is_empty());
+
+    placements
+        .delete_collection(&DeleteParams::default(), &Default::default())
+        .await
+        .unwrap();
+    let end = testenv::eventually(
+        "the queue forgets the deleted placements",
+        std::time::Duration::from_secs(120),
+        || async {
+            let now = (gauge("queue_failures"), gauge("queue_requeues"));
+            (now == start).then_some(now)
+        },
+    )
+    .await;
+    eprintln!(
+        "queue churn: {PLACEMENTS} placements created in {created:?}, all in backoff after {failed:?}; queue_failures start {} peak {peak}; (failures, requeues) at the end {end:?}",
+        start.0
+    );
+}

@@ -84,6 +84,12 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// `cache`: which per-object map (names fixed in the code).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    pub cache: &'static str,
+}
+
 /// `addon_manager_*` metrics.
 pub struct Metrics {
     pub passes: Counter,
@@ -93,6 +99,9 @@ pub struct Metrics {
     pub watch_errors: Family<KindLabels, Counter>,
     /// ManagedClusterAddOns of this add-on.
     pub addons: Gauge,
+    /// Entries in the per-object maps kept between passes (`renders`, `csr_requests`,
+    /// `csr_refusals`): they follow the objects on the hub.
+    pub cache_entries: Family<CacheLabels, Gauge>,
 }
 
 impl Metrics {
@@ -104,6 +113,7 @@ impl Metrics {
             write_errors: Family::default(),
             watch_errors: Family::default(),
             addons: Gauge::default(),
+            cache_entries: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("addon_manager");
         r.register("passes", "Reconcile passes run", m.passes.clone());
@@ -128,7 +138,18 @@ impl Metrics {
             "ManagedClusterAddOns of this add-on",
             m.addons.clone(),
         );
+        r.register(
+            "cache_entries",
+            "Entries in the manager's per-object maps, by map",
+            m.cache_entries.clone(),
+        );
         m
+    }
+
+    fn cache(&self, cache: &'static str, n: usize) {
+        self.cache_entries
+            .get_or_create(&CacheLabels { cache })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 }
 
@@ -289,6 +310,10 @@ pub async fn run(
             tracing::warn!("{w}");
         }
         refusals.report(&planned.refused_csrs).await;
+        let (rendered, requests) = renders.sizes();
+        handle.metrics.cache("renders", rendered);
+        handle.metrics.cache("csr_requests", requests);
+        handle.metrics.cache("csr_refusals", refusals.len());
         // A failure is reported until the write succeeds or is no longer needed.
         let before = errors.len();
         errors.retain(|(c, s), _| {

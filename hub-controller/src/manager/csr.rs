@@ -221,6 +221,63 @@ pub fn requester_is_cluster_agent(
         && groups.iter().any(|g| g == MANAGED_CLUSTERS_GROUP)
 }
 
+/// Parsed requests kept between passes, by CSR uid and resourceVersion: a pending CSR (one
+/// an attacker made malformed, say) is parsed once, not at every pass. Holds only the CSRs the
+/// last pass looked at (one that went is forgotten when the pass ends), so it is bounded by
+/// the CSRs on the hub.
+#[derive(Debug, Default)]
+pub struct Requests {
+    previous: HashMap<String, ParsedRequest>,
+    current: HashMap<String, ParsedRequest>,
+}
+
+#[derive(Debug, Clone)]
+struct ParsedRequest {
+    resource_version: Option<String>,
+    subject: Result<Subject, RequestError>,
+}
+
+impl Requests {
+    /// `csr`'s request parsed, from the cache when its uid and resourceVersion are known.
+    pub fn parse(&mut self, csr: &CertificateSigningRequest) -> Result<Subject, RequestError> {
+        let meta = &csr.metadata;
+        let Some(key) = meta.uid.clone().or_else(|| meta.name.clone()) else {
+            return parse_request(&csr.spec.request.0);
+        };
+        if let Some(p) = self
+            .current
+            .get(&key)
+            .filter(|p| p.resource_version == meta.resource_version)
+        {
+            return p.subject.clone();
+        }
+        let parsed = match self.previous.remove(&key) {
+            Some(p) if p.resource_version == meta.resource_version => p,
+            _ => ParsedRequest {
+                resource_version: meta.resource_version.clone(),
+                subject: parse_request(&csr.spec.request.0),
+            },
+        };
+        let subject = parsed.subject.clone();
+        self.current.insert(key, parsed);
+        subject
+    }
+
+    /// Ends a pass: what it did not look at goes.
+    pub fn rotate(&mut self) {
+        self.previous = std::mem::take(&mut self.current);
+    }
+
+    /// Entries kept after the last pass.
+    pub fn len(&self) -> usize {
+        self.previous.len() + self.current.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A CSR of this add-on that the manager does not approve, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedCsr {
@@ -238,6 +295,15 @@ pub struct Reported {
 }
 
 impl Reported {
+    /// CSRs whose refusal is remembered.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
     /// The refusals of this pass not reported yet; remembers them, forgets the rest.
     pub fn fresh<'a>(&mut self, refused: &'a [RefusedCsr]) -> Vec<&'a RefusedCsr> {
         let fresh = refused
@@ -272,6 +338,15 @@ impl Reporter {
             instance,
             reported: Reported::default(),
         }
+    }
+
+    /// CSRs whose refusal is remembered (the `csr_refusals` cache).
+    pub fn len(&self) -> usize {
+        self.reported.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.reported.is_empty()
     }
 
     /// Reports the refusals of one pass that were not reported yet. An event that cannot be
@@ -711,6 +786,40 @@ mod tests {
         ));
         assert!(!ok("mallory", &groups("c1")));
         assert!(!requester_is_cluster_agent(None, &groups("c1"), "c1"));
+    }
+
+    #[test]
+    fn a_request_is_parsed_once_per_version_and_forgotten_when_gone() {
+        let csr = |uid: &str, rv: &str, request: &[u8]| {
+            let mut c = CertificateSigningRequest::default();
+            c.metadata.uid = Some(uid.into());
+            c.metadata.name = Some(format!("csr-{uid}"));
+            c.metadata.resource_version = Some(rv.into());
+            c.spec.request = k8s_openapi::ByteString(request.to_vec());
+            c
+        };
+        let mut requests = Requests::default();
+        let bad = requests.parse(&csr("a", "1", b"not a pem"));
+        assert!(bad.is_err());
+        requests.rotate();
+        // Same uid and version: the verdict is reused (the bytes are not read again).
+        let (pem, _) = testenv::certificate_request("u", &["g"]).expect("a request");
+        let good = pem.into_bytes();
+        assert_eq!(requests.parse(&csr("a", "1", &good)), bad);
+        // A new version is parsed again.
+        let parsed = requests.parse(&csr("a", "2", &good));
+        assert!(parsed.is_ok(), "{parsed:?}");
+        for n in 0..100 {
+            let _ = requests.parse(&csr(&n.to_string(), "1", b"x"));
+        }
+        requests.rotate();
+        assert_eq!(requests.len(), 101);
+        // A pass without them: gone.
+        let _ = requests.parse(&csr("a", "2", &good));
+        requests.rotate();
+        assert_eq!(requests.len(), 1);
+        requests.rotate();
+        assert!(requests.is_empty());
     }
 
     #[test]

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use ocm_api::addon::v1alpha1::{AddOnConfig, ClusterManagementAddOn, ManagedClusterAddOn};
-use ocm_api::cluster::v1beta1::PlacementDecision;
+use ocm_api::cluster::v1beta1::{Placement, PlacementDecision};
+use ocm_api::conditions;
+use ocm_api::wellknown::placement_condition::{self, reason};
 use ocm_api::wellknown::{group, label};
 
 /// The config kind the manager supports.
@@ -49,6 +51,101 @@ pub fn selected(
         }
     }
     out
+}
+
+/// Why a placement's decisions are not to be trusted for uninstalling: its scheduling failed
+/// or is not known. The add-ons it installed stay until it is scheduled again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unscheduled {
+    /// `PlacementNotFound`, `PlacementFailed` or `PlacementUnknown`.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+pub const PLACEMENT_NOT_FOUND: &str = "PlacementNotFound";
+pub const PLACEMENT_FAILED: &str = "PlacementFailed";
+pub const PLACEMENT_UNKNOWN: &str = "PlacementUnknown";
+
+/// `PlacementSatisfied=False` reasons that are a scheduling result ("selects no cluster", or
+/// fewer than asked): the decisions are the scheduler's answer. Any other reason (the
+/// scheduler's `CELBudgetExceeded`, or one a newer scheduler adds) means it did not schedule.
+const SCHEDULED_REASONS: [&str; 5] = [
+    reason::NO_MANAGED_CLUSTER_SET_BINDINGS,
+    reason::NO_INTERSECTION,
+    reason::ALL_MANAGED_CLUSTER_SETS_EMPTY,
+    reason::NOT_ALL_DECISIONS_SCHEDULED,
+    reason::NO_MANAGED_CLUSTER_MATCHED,
+];
+
+/// Whether `placement` (None: not found) was scheduled and its decisions, holding `decided`
+/// clusters, are its answer. Upstream's addon-manager skips a missing placement (uninstalling
+/// its clusters) and trusts whatever decisions exist; here only a successful scheduling whose
+/// status agrees with its decisions may uninstall.
+pub fn scheduled(
+    namespace: &str,
+    name: &str,
+    placement: Option<&Placement>,
+    decided: usize,
+) -> Result<(), Unscheduled> {
+    let unscheduled = |reason, why: String| {
+        Err(Unscheduled {
+            reason,
+            message: format!("placement {namespace}/{name} {why}; the installed add-ons are kept"),
+        })
+    };
+    let Some(p) = placement else {
+        return unscheduled(PLACEMENT_NOT_FOUND, "is not found".to_owned());
+    };
+    let status = p.status.as_ref();
+    let find = |t| status.and_then(|s| conditions::find(&s.conditions, t));
+    if let Some(c) = find(placement_condition::MISCONFIGURED).filter(|c| c.status == "True") {
+        return unscheduled(PLACEMENT_FAILED, format!("is misconfigured: {}", c.message));
+    }
+    let Some(satisfied) = find(placement_condition::SATISFIED) else {
+        return unscheduled(PLACEMENT_UNKNOWN, "has not been scheduled".to_owned());
+    };
+    match satisfied.status.as_str() {
+        "True" => {}
+        "False" if SCHEDULED_REASONS.contains(&satisfied.reason.as_str()) => {}
+        "False" => {
+            return unscheduled(
+                PLACEMENT_FAILED,
+                format!(
+                    "was not scheduled ({}: {})",
+                    satisfied.reason, satisfied.message
+                ),
+            );
+        }
+        s => {
+            return unscheduled(
+                PLACEMENT_UNKNOWN,
+                format!(
+                    "has scheduling status {s} ({}: {})",
+                    satisfied.reason, satisfied.message
+                ),
+            );
+        }
+    }
+    // The scheduler writes the decisions, then the status: between the two (or while a
+    // watch lags) they disagree, and the decisions are not yet the answer.
+    let selected = status.map_or(0, |s| s.number_of_selected_clusters);
+    if usize::try_from(selected).ok() != Some(decided) {
+        return unscheduled(
+            PLACEMENT_UNKNOWN,
+            format!("selects {selected} clusters but its decisions hold {decided}"),
+        );
+    }
+    Ok(())
+}
+
+/// Clusters in the decisions of the placement `namespace/name`.
+pub fn decided(decisions: &[&PlacementDecision], namespace: &str, name: &str) -> usize {
+    decisions
+        .iter()
+        .filter(|d| decision_of(d, namespace, name))
+        .flat_map(|d| d.status.iter().flat_map(|s| &s.decisions))
+        .filter(|c| !c.cluster_name.is_empty())
+        .count()
 }
 
 /// `namespace/name` of an AddOnDeploymentConfig.

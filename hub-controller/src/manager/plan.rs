@@ -35,6 +35,10 @@ pub use super::render::RENDERING_HASH;
 const CONFIGURED: &str = "ConfigurationsConfigured";
 const CONFIG_NOT_FOUND: &str = "ConfigurationNotFound";
 const CONFIG_INVALID: &str = "ConfigurationInvalid";
+/// An install progression's condition (type, and reason when True), ours: whether the
+/// placement was scheduled, so that its decisions may install and uninstall. False names the
+/// placement and why (reasons in [`install::Unscheduled`]); the add-ons stay meanwhile.
+pub const PLACEMENT_SCHEDULED: &str = "PlacementScheduled";
 /// `RegistrationApplied=False`: the subject the spoke reported is not its agent's identity
 /// (upstream binds whatever the status says; this reason is ours).
 const INVALID_SUBJECT: &str = "InvalidSubject";
@@ -219,11 +223,13 @@ struct Cluster<'a> {
 /// Renderings kept between passes: rendering parses the agent's YAML templates, and a pass
 /// over a settled fleet needs each cluster's rendering only to compare hashes. Keyed by the
 /// cluster and the config's spec, for one template; what a pass did not use is dropped.
+/// Also the CSR requests parsed (by uid and resourceVersion), dropped the same way.
 #[derive(Debug, Default)]
 pub struct Renders {
     template: Option<AgentTemplate>,
     previous: HashMap<(String, String), Result<Arc<Rendered>, String>>,
     current: HashMap<(String, String), Result<Arc<Rendered>, String>>,
+    requests: super::csr::Requests,
 }
 
 impl Renders {
@@ -262,6 +268,15 @@ impl Renders {
     /// Ends a pass: what it did not use goes.
     fn rotate(&mut self) {
         self.previous = std::mem::take(&mut self.current);
+        self.requests.rotate();
+    }
+
+    /// Entries kept: (renderings, parsed CSR requests).
+    pub fn sizes(&self) -> (usize, usize) {
+        (
+            self.previous.len() + self.current.len(),
+            self.requests.len(),
+        )
     }
 }
 
@@ -299,6 +314,36 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
         _ => BTreeMap::new(),
     };
 
+    let placements: &[ocm_api::addon::v1alpha1::PlacementStrategy] = match cma {
+        Some(c) if installs && c.spec.install_strategy.type_ == install::PLACEMENTS => {
+            &c.spec.install_strategy.placements
+        }
+        _ => &[],
+    };
+    // A placement whose scheduling failed or is unknown says nothing about which clusters
+    // should lose the add-on: while any is, nothing is uninstalled, and the add-ons no healthy
+    // placement selects are left as they are (`held`).
+    let scheduling: Vec<Result<(), install::Unscheduled>> = placements
+        .iter()
+        .map(|p| {
+            let (ns, name) = (&p.placement_ref.namespace, &p.placement_ref.name);
+            let placement = snap.placements.get(&(ns.clone(), name.clone()));
+            install::scheduled(
+                ns,
+                name,
+                placement.map(|p| p.as_ref()),
+                install::decided(&decisions, ns, name),
+            )
+        })
+        .collect();
+    for e in scheduling.iter().filter_map(|r| r.as_ref().err()) {
+        out.warnings.push(e.message.clone());
+    }
+    let hold = scheduling.iter().any(Result::is_err);
+    let held = |cluster: &str, mca: &ManagedClusterAddOn| {
+        hold && !selected.contains_key(cluster) && cma.is_some_and(|c| owned_by(&mca.metadata, c))
+    };
+
     // Install: a ManagedClusterAddOn per selected cluster, none where the CMA's went away
     // (only under `Placements`: switching to `Manual` leaves the add-ons where they are).
     if let Some(c) =
@@ -316,6 +361,7 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
         }
         for (cluster, mca) in &snap.mcas {
             if !selected.contains_key(cluster)
+                && !hold
                 && owned_by(&mca.metadata, c)
                 && mca.metadata.deletion_timestamp.is_none()
             {
@@ -335,7 +381,7 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
             .clusters
             .get(name)
             .is_some_and(|c| c.metadata.deletion_timestamp.is_none());
-        if mca.metadata.deletion_timestamp.is_some() || !cluster_ok {
+        if mca.metadata.deletion_timestamp.is_some() || !cluster_ok || held(name, mca) {
             continue;
         }
         let placement = selected.get(name).copied();
@@ -347,12 +393,6 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
     // Rollout: which clusters may take the current rendering now.
     let mut allowed: BTreeSet<&str> = BTreeSet::new();
     let mut progressions = Vec::new();
-    let placements: &[ocm_api::addon::v1alpha1::PlacementStrategy] = match cma {
-        Some(c) if installs && c.spec.install_strategy.type_ == install::PLACEMENTS => {
-            &c.spec.install_strategy.placements
-        }
-        _ => &[],
-    };
     for (i, p) in placements.iter().enumerate() {
         let ns = &p.placement_ref.namespace;
         let pname = &p.placement_ref.name;
@@ -428,7 +468,7 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
                 ("False", addon_condition::reason::FAILED, msg)
             }
         };
-        progressions.push(progression(
+        let mut progression = progression(
             cma,
             i,
             p.placement_ref.clone(),
@@ -436,7 +476,24 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
             progress.completed(),
             snap,
             now,
-        ));
+        );
+        let (s, r, m) = match &scheduling[i] {
+            Ok(()) => (
+                "True",
+                PLACEMENT_SCHEDULED,
+                format!("placement {ns}/{pname} is scheduled"),
+            ),
+            Err(e) => ("False", e.reason, e.message.clone()),
+        };
+        conditions::set(
+            &mut progression.conditions,
+            PLACEMENT_SCHEDULED,
+            s,
+            r,
+            &m,
+            now,
+        );
+        progressions.push(progression);
     }
     // Clusters no placement rolls out to (Manual, an MCA a user made, or OCM's addon-manager
     // rolling out through `configReferences`) take it at once.
@@ -681,7 +738,13 @@ fn plan_inner(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Pl
             })
     };
     for csr in &snap.csrs {
-        match registration::check_csr(csr, &settings.addon, &settings.agent, registered) {
+        match registration::check_csr_with(
+            csr,
+            &settings.addon,
+            &settings.agent,
+            registered,
+            &mut renders.requests,
+        ) {
             Ok(()) => {
                 if let Some(name) = &csr.metadata.name {
                     out.actions.push(Action::ApproveCsr {
@@ -1426,6 +1489,31 @@ mod tests {
         )
     }
 
+    /// The placement `p/fleet` with this status.
+    fn fleet(status: Value) -> BTreeMap<(String, String), Arc<Placement>> {
+        let p: Placement = serde_json::from_value(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+            "kind": "Placement",
+            "metadata": {"name": "fleet", "namespace": "p"},
+            "spec": {},
+            "status": status
+        }))
+        .expect("a placement");
+        BTreeMap::from([(("p".to_owned(), "fleet".to_owned()), Arc::new(p))])
+    }
+
+    /// A `PlacementSatisfied` condition as the scheduler writes it.
+    fn satisfied_condition(status: &str, reason: &str) -> Value {
+        json!({"type": "PlacementSatisfied", "status": status, "reason": reason,
+               "message": format!("{reason} message"), "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    /// `p/fleet` scheduled, selecting `n` clusters.
+    fn satisfied(n: usize) -> BTreeMap<(String, String), Arc<Placement>> {
+        fleet(json!({"numberOfSelectedClusters": n,
+                     "conditions": [satisfied_condition("True", "AllDecisionsScheduled")]}))
+    }
+
     fn user_mca(cluster: &str) -> Arc<ManagedClusterAddOn> {
         let mut m = ManagedClusterAddOn::new(ADDON, ManagedClusterAddOnSpec::default());
         m.metadata.namespace = Some(cluster.into());
@@ -1465,6 +1553,7 @@ mod tests {
         let mut snap = Snapshot {
             cma: Some(cma(placements(json!({"type": "All"})), lifecycle_self())),
             decisions: vec![decision("d1", None, &["c1", "c2"])],
+            placements: satisfied(2),
             clusters: managed(&["c1", "c2"]),
             now: Some(t(0)),
             ..Snapshot::default()
@@ -1532,6 +1621,7 @@ mod tests {
 
         // A cluster leaves: its add-on goes, then what belonged to it.
         snap.decisions = vec![decision("d1", None, &["c1"])];
+        snap.placements = satisfied(1);
         let actions = converge(&s, &mut snap);
         assert_eq!(
             kinds(&actions)
@@ -1544,6 +1634,160 @@ mod tests {
                 ("delete_rolebinding", Some("c2"))
             ]
         );
+    }
+
+    #[test]
+    fn keeps_what_an_unscheduled_placement_installed() {
+        let s = settings();
+        let installed = || {
+            let mut snap = Snapshot {
+                cma: Some(cma(placements(json!({"type": "All"})), lifecycle_self())),
+                decisions: vec![decision("d1", None, &["c1", "c2"])],
+                placements: satisfied(2),
+                clusters: managed(&["c1", "c2"]),
+                now: Some(t(0)),
+                ..Snapshot::default()
+            };
+            converge(&s, &mut snap);
+            report_work_in_memory(&mut snap, "c1", true);
+            report_work_in_memory(&mut snap, "c2", true);
+            converge(&s, &mut snap);
+            assert_eq!(scheduled_condition(&snap), "True/PlacementScheduled");
+            snap
+        };
+        let misconfigured = json!({"conditions": [
+            {"type": "PlacementMisconfigured", "status": "True", "reason": "Misconfigured",
+             "message": "cel compile failed", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            satisfied_condition("False", "Misconfigured")]});
+        // (what the scheduler leaves, decisions left, placement, the CMA's reason)
+        let cases: Vec<(&str, &[&str], BTreeMap<_, _>, &str)> = vec![
+            (
+                "the placement is gone",
+                &[],
+                BTreeMap::new(),
+                "PlacementNotFound",
+            ),
+            ("no status", &[], fleet(json!({})), "PlacementUnknown"),
+            (
+                "misconfigured, decisions emptied",
+                &[],
+                fleet(misconfigured),
+                "PlacementFailed",
+            ),
+            (
+                "scheduling Unknown",
+                &["c1"],
+                fleet(json!({"numberOfSelectedClusters": 1,
+                             "conditions": [satisfied_condition("Unknown", "Scheduling")]})),
+                "PlacementUnknown",
+            ),
+            (
+                "over its CEL budget, decisions kept",
+                &["c1", "c2"],
+                fleet(json!({"numberOfSelectedClusters": 2,
+                             "conditions": [satisfied_condition("False", "CELBudgetExceeded")]})),
+                "PlacementFailed",
+            ),
+            (
+                "decisions written, status not yet",
+                &["c1"],
+                satisfied(2),
+                "PlacementUnknown",
+            ),
+        ];
+        for (what, left, placement, reason) in cases {
+            let mut snap = installed();
+            let works = snap.works.clone();
+            snap.decisions = vec![decision("d1", None, left)];
+            snap.placements = placement;
+            snap.now = Some(t(60));
+            let actions = converge(&s, &mut snap);
+            assert!(
+                actions.iter().all(|a| matches!(
+                    a,
+                    Action::PatchCmaStatus { .. } | Action::PatchMcaStatus { .. }
+                )),
+                "{what}: {:?}",
+                kinds(&actions)
+            );
+            assert_eq!(snap.mcas.keys().collect::<Vec<_>>(), ["c1", "c2"], "{what}");
+            assert_eq!(snap.works, works, "{what}");
+            assert_eq!(
+                scheduled_condition(&snap),
+                format!("False/{reason}"),
+                "{what}"
+            );
+            let message = conditions::find(&progression_of(&snap).conditions, PLACEMENT_SCHEDULED)
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            assert!(message.contains("p/fleet"), "{what}: {message}");
+            assert_eq!(plan(&s, &snap).warnings.len(), 1, "{what}");
+
+            // Scheduled again with the same clusters: nothing is reinstalled.
+            snap.decisions = vec![decision("d1", None, &["c1", "c2"])];
+            snap.placements = satisfied(2);
+            snap.now = Some(t(120));
+            let actions = converge(&s, &mut snap);
+            assert!(
+                !actions.iter().any(|a| matches!(
+                    a,
+                    Action::CreateMca(_) | Action::DeleteMca { .. } | Action::ApplyWork(_)
+                )),
+                "{what}: {:?}",
+                kinds(&actions)
+            );
+            assert_eq!(
+                scheduled_condition(&snap),
+                "True/PlacementScheduled",
+                "{what}"
+            );
+        }
+
+        // Scheduled and selecting nothing (a genuine answer): the add-ons go.
+        for reason in ["NoManagedClusterMatched", "NoIntersection"] {
+            let mut snap = installed();
+            snap.decisions = vec![decision("d1", None, &[])];
+            snap.placements = fleet(json!({"numberOfSelectedClusters": 0,
+                                           "conditions": [satisfied_condition("False", reason)]}));
+            converge(&s, &mut snap);
+            assert!(snap.mcas.is_empty(), "{reason}");
+            assert!(snap.works.is_empty(), "{reason}");
+            assert_eq!(scheduled_condition(&snap), "True/PlacementScheduled");
+        }
+
+        // While one placement is unscheduled, an add-on the healthy one still selects is served.
+        let mut snap = installed();
+        snap.placements = fleet(json!({}));
+        snap.decisions = vec![decision("d1", None, &["c1"])];
+        let mut c1 = snap.works["c1"].as_ref().clone();
+        c1.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(OBSERVED_SPEC_HASH.into(), "edited".into());
+        snap.works.insert("c1".into(), Arc::new(c1));
+        let actions = converge(&s, &mut snap);
+        assert_eq!(
+            kinds(&actions)
+                .into_iter()
+                .filter(|(k, _)| !k.starts_with("patch"))
+                .collect::<Vec<_>>(),
+            [("apply_work", Some("c1"))]
+        );
+    }
+
+    fn progression_of(snap: &Snapshot) -> InstallProgression {
+        snap.cma
+            .as_ref()
+            .and_then(|c| c.status.clone())
+            .and_then(|s| s.install_progressions.into_iter().next())
+            .expect("a progression")
+    }
+
+    /// `status/reason` of the progression's PlacementScheduled.
+    fn scheduled_condition(snap: &Snapshot) -> String {
+        conditions::find(&progression_of(snap).conditions, PLACEMENT_SCHEDULED)
+            .map(|c| format!("{}/{}", c.status, c.reason))
+            .expect("PlacementScheduled")
     }
 
     #[test]
@@ -2180,6 +2424,7 @@ mod tests {
                 lifecycle_self(),
             )),
             decisions: vec![decision("d1", None, &["c1"])],
+            placements: satisfied(1),
             clusters: managed(&["c1"]),
             now: Some(t(0)),
             ..Snapshot::default()

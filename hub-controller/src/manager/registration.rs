@@ -254,6 +254,23 @@ pub fn check_csr(
     agent: &str,
     has_addon: impl Fn(&str) -> bool,
 ) -> Result<(), CsrRefusal> {
+    check_csr_with(
+        csr,
+        addon,
+        agent,
+        has_addon,
+        &mut super::csr::Requests::default(),
+    )
+}
+
+/// [`check_csr`], with the request parsed through `requests` (kept between passes).
+pub fn check_csr_with(
+    csr: &CertificateSigningRequest,
+    addon: &str,
+    agent: &str,
+    has_addon: impl Fn(&str) -> bool,
+    requests: &mut super::csr::Requests,
+) -> Result<(), CsrRefusal> {
     let decided = csr
         .status
         .as_ref()
@@ -296,7 +313,7 @@ pub fn check_csr(
             spec.expiration_seconds.unwrap_or_default(),
         ));
     }
-    let subject = super::csr::parse_request(&spec.request.0)?;
+    let subject = requests.parse(csr)?;
     if subject.common_name != default_user(cluster, addon, agent) {
         return Err(CsrRefusal::CommonName(subject.common_name));
     }

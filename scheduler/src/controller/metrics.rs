@@ -58,6 +58,12 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// `cache`: which per-key map (a closed set of names fixed in the code).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    pub cache: &'static str,
+}
+
 pub struct Metrics {
     pub scheduling_duration: Histogram,
     pub plugin_duration: Family<PluginLabels, Histogram>,
@@ -66,6 +72,8 @@ pub struct Metrics {
     pub api_writes: Family<WriteLabels, Counter>,
     pub store_objects: Family<KindLabels, Gauge>,
     pub watch_errors: Family<KindLabels, Counter>,
+    /// Entries in per-key maps that must shrink when their objects go (leak detection).
+    pub cache_entries: Family<CacheLabels, Gauge>,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -83,6 +91,7 @@ impl Metrics {
             api_writes: Family::default(),
             store_objects: Family::default(),
             watch_errors: Family::default(),
+            cache_entries: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("placement");
         r.register(
@@ -119,6 +128,11 @@ impl Metrics {
             "watch_errors",
             "Errors from the watches, by kind",
             m.watch_errors.clone(),
+        );
+        r.register(
+            "cache_entries",
+            "Entries in the controller's per-placement maps, by map",
+            m.cache_entries.clone(),
         );
         m
     }

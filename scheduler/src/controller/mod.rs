@@ -213,10 +213,12 @@ pub async fn run(
         handle.metrics.clone(),
         options.leader.clone(),
     );
+    let queue =
+        Queue::with_debounce(options.debounce).with_gauges(handle.metrics.cache_entries.clone());
     let ctx = Arc::new(Ctx {
         balance_wave: AtomicBool::new(false),
         handle,
-        queue: Queue::with_debounce(options.debounce),
+        queue,
         writer,
         options,
     });
@@ -358,13 +360,17 @@ pub async fn run(
             }
         },
     ));
+    let queue_of = ctx.clone();
     tasks.spawn(watch(
         Api::<Placement>::all(client.clone()),
         "Placement",
         ctx.clone(),
-        |st, ch| match ch {
+        move |st, ch| match ch {
             Change::Apply(p) => st.apply_placement(p),
-            Change::Delete(p) => st.delete_placement(&ns_name(&p)),
+            Change::Delete(p) => {
+                queue_of.queue.remove(&ns_name(&p));
+                st.delete_placement(&ns_name(&p))
+            }
             Change::Replace(all) => {
                 let keep: BTreeSet<Key> = all.iter().map(ns_name).collect();
                 let gone: Vec<Key> = st
@@ -374,6 +380,7 @@ pub async fn run(
                     .cloned()
                     .collect();
                 for k in &gone {
+                    queue_of.queue.remove(k);
                     st.delete_placement(k);
                 }
                 let mut out = BTreeSet::new();
@@ -515,6 +522,8 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     let scheduled = {
         let st = ctx.handle.state.read();
         let Some(p) = st.placements.get(key).cloned() else {
+            // Deleted while its requeue or backoff was pending.
+            ctx.queue.remove(key);
             return;
         };
         if p.metadata.deletion_timestamp.is_some() || core::is_disabled(&p) {

@@ -9,9 +9,12 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::metrics::CacheLabels;
 use super::triggers::Key;
 
 /// Why a timer holds a key.
@@ -35,11 +38,15 @@ struct Inner {
     /// and timer entries that no longer match are stale (so timers never pile up).
     requeues: HashMap<Key, Instant>,
     failures: HashMap<Key, u32>,
+    /// Keys removed (their object deleted) while a worker had them: the worker's requeue or
+    /// backoff for them is dropped. Cleared when the key is done or added again.
+    removed: HashSet<Key>,
     debounce: Duration,
 }
 
 impl Inner {
     fn add(&mut self, key: Key, debounce: bool, now: Instant) {
+        self.removed.remove(&key);
         if self.processing.contains(&key) {
             self.dirty_while_processing.insert(key);
         } else if self.queued.insert(key.clone()) {
@@ -83,7 +90,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub struct Queue {
     inner: Mutex<Inner>,
     notify: Notify,
+    /// The sizes of the per-key maps (`cache_entries`), set after every change.
+    gauges: Option<Family<CacheLabels, Gauge>>,
 }
+
+/// The `cache` label values of the queue's per-key maps.
+const FAILURES: &str = "queue_failures";
+const REQUEUES: &str = "queue_requeues";
 
 impl Queue {
     /// A queue whose events wait `debounce` before they are handed out.
@@ -93,6 +106,12 @@ impl Queue {
         q
     }
 
+    /// Reports the sizes of its per-key maps into `gauges` (by `cache` label).
+    pub fn with_gauges(mut self, gauges: Family<CacheLabels, Gauge>) -> Self {
+        self.gauges = Some(gauges);
+        self
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
         let mut guard = match self.inner.lock() {
             Ok(g) => g,
@@ -100,7 +119,19 @@ impl Queue {
             // a way that matters more than losing the queue: keep going.
             Err(poisoned) => poisoned.into_inner(),
         };
-        f(&mut guard)
+        let out = f(&mut guard);
+        // (Not the timers: counting them walks the map. A removed key's stale timer entries
+        // are dropped when due.)
+        if let Some(g) = &self.gauges {
+            for (cache, n) in [
+                (FAILURES, guard.failures.len()),
+                (REQUEUES, guard.requeues.len()),
+            ] {
+                g.get_or_create(&CacheLabels { cache })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        out
     }
 
     /// Adds a key after the debounce.
@@ -127,6 +158,9 @@ impl Queue {
     /// Adds the key at `at` (earlier timers for it are kept; the key is scheduled once when due).
     pub fn add_at(&self, key: Key, at: Instant) {
         self.with(|i| {
+            if i.removed.contains(&key) {
+                return;
+            }
             // Within a second of the one already set is the same requeue (requeue times come
             // from whole-second timestamps); so a key adds at most one timer per second.
             if i.requeues
@@ -144,18 +178,56 @@ impl Queue {
     /// Adds the key after its backoff, which doubles with each failure until [`Queue::forget`].
     pub fn add_rate_limited(&self, key: Key) {
         let delay = self.with(|i| {
+            if i.removed.contains(&key) {
+                return None;
+            }
             let n = i.failures.entry(key.clone()).or_insert(0);
             *n += 1;
             let exp = (*n - 1).min(30);
-            Duration::from_millis(5)
-                .saturating_mul(1u32 << exp)
-                .min(MAX_BACKOFF)
+            Some(
+                Duration::from_millis(5)
+                    .saturating_mul(1u32 << exp)
+                    .min(MAX_BACKOFF),
+            )
         });
-        self.add_at(key, Instant::now() + delay);
+        if let Some(delay) = delay {
+            self.add_at(key, Instant::now() + delay);
+        }
     }
 
     pub fn forget(&self, key: &Key) {
         self.with(|i| i.failures.remove(key));
+    }
+
+    /// The key's object is gone: its backoff and pending requeue go too (else a placement
+    /// deleted while failing, or with a far toleration requeue, stays here). A key queued or
+    /// being processed finishes normally (it finds nothing to schedule).
+    pub fn remove(&self, key: &Key) {
+        self.with(|i| {
+            i.failures.remove(key);
+            if i.processing.contains(key) {
+                i.removed.insert(key.clone());
+            }
+            if let Some(at) = i.requeues.remove(key)
+                && let Some(due) = i.timers.get_mut(&at)
+            {
+                due.retain(|(k, why)| !(k == key && *why == Due::Requeue));
+                if due.is_empty() {
+                    i.timers.remove(&at);
+                }
+            }
+        });
+    }
+
+    /// Entries in the per-key maps: (backoff counters, requeues, timers).
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        self.with(|i| {
+            (
+                i.failures.len(),
+                i.requeues.len(),
+                i.timers.values().map(Vec::len).sum(),
+            )
+        })
     }
 
     /// Marks a key handed out by [`Queue::next_batch`] as done.
@@ -163,6 +235,7 @@ impl Queue {
         let now = Instant::now();
         let again = self.with(|i| {
             i.processing.remove(key);
+            i.removed.remove(key);
             if i.dirty_while_processing.remove(key) {
                 i.add(key.clone(), true, now);
                 true
@@ -275,6 +348,35 @@ mod tests {
         let before = Instant::now();
         q.add_rate_limited(k("f"));
         q.next_batch(10).await;
+        assert_eq!(Instant::now() - before, Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_removed_key_leaves_nothing_behind() {
+        let q = Queue::default();
+        for n in 0..100 {
+            let key = k(&n.to_string());
+            q.add_rate_limited(key.clone());
+            q.add_rate_limited(key.clone());
+            q.add_at(key, Instant::now() + Duration::from_secs(3600));
+        }
+        assert_eq!(q.sizes(), (100, 100, 100));
+        for n in 0..100 {
+            q.remove(&k(&n.to_string()));
+        }
+        assert_eq!(q.sizes(), (0, 0, 0));
+        assert!(q.is_empty());
+        // Removed while a worker has it: the worker's backoff for it is dropped.
+        q.add(k("w"));
+        assert_eq!(q.next_batch(10).await, [k("w")]);
+        q.remove(&k("w"));
+        q.add_rate_limited(k("w"));
+        q.done(&k("w"));
+        assert_eq!(q.sizes(), (0, 0, 0));
+        // A key that is back later starts afresh.
+        let before = Instant::now();
+        q.add_rate_limited(k("0"));
+        assert_eq!(q.next_batch(10).await, [k("0")]);
         assert_eq!(Instant::now() - before, Duration::from_millis(5));
     }
 }

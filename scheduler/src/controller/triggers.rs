@@ -117,15 +117,23 @@ impl Index {
         let Some(r) = self.reads.remove(key) else {
             return;
         };
+        // Empty sets go too: resource and namespace names come from tenants, and a map that
+        // kept them would only grow.
         for res in &r.resources {
             if let Some(keys) = self.by_resource.get_mut(res) {
                 keys.remove(key);
+                if keys.is_empty() {
+                    self.by_resource.remove(res);
+                }
             }
         }
         self.any_resource.remove(key);
         self.balance.remove(key);
         if let Some(keys) = self.by_namespace.get_mut(&key.0) {
             keys.remove(key);
+            if keys.is_empty() {
+                self.by_namespace.remove(&key.0);
+            }
         }
     }
 
@@ -204,6 +212,24 @@ mod tests {
             score_names("managedCluster.scores(managedCluster.metadata.name)"),
             None
         );
+    }
+
+    #[test]
+    fn removed_placements_leave_no_empty_sets() {
+        let mut idx = Index::default();
+        for i in 0..1000 {
+            idx.upsert(&placement(&format!("ns{i}"), "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
+                {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": format!("r{i}"), "scoreName": "s"}}}]}})));
+        }
+        assert_eq!(
+            (idx.by_resource.len(), idx.by_namespace.len()),
+            (1000, 1000)
+        );
+        for i in 0..1000 {
+            idx.remove(&(format!("ns{i}"), "p".into()));
+        }
+        assert!(idx.is_empty());
+        assert_eq!((idx.by_resource.len(), idx.by_namespace.len()), (0, 0));
     }
 
     #[test]
