@@ -7,7 +7,8 @@
 //! - [`metrics`]: what Prometheus scrapes and the kubelet probes, on one port;
 //! - [`logging`]: text for people, JSON for collectors, `RUST_LOG` filters;
 //! - [`shutdown`]: SIGTERM starts the hand-over (the Lease release) instead of killing;
-//! - [`http`], [`tls`]: the small server under the metrics and debug endpoints.
+//! - [`http`], [`tls`]: the small server under the metrics and debug endpoints;
+//! - [`watch`]: how every watch retries, so that all come back within seconds of an outage.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -55,11 +56,12 @@ pub mod logging;
 pub mod metrics;
 pub mod shutdown;
 pub mod tls;
+pub mod watch;
 
 pub use client::{ClientArgs, ClientError, RateLimiter, client};
 pub use leader::{
     LeaderArgs, LeaderElector, LeaderError, LeaderTimings, Leadership, run_until_deposed,
 };
 pub use logging::{LogArgs, LogError, LogFormat};
-pub use metrics::{Health, ServeArgs, ServeError, serve_metrics};
+pub use metrics::{Health, ServeArgs, ServeError, WatchSync, serve_metrics};
 pub use shutdown::signal;
