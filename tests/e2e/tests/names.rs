@@ -4,7 +4,8 @@
 //! itself). Every cluster gets its add-on, its hub RoleBinding and its score; the Placements'
 //! decisions stay apart; the Leases stay with the scheduler and the manager; and the agent's
 //! own manifests, applied on a cluster whose namespace is also the agent's install namespace,
-//! do not overwrite the hub RoleBinding the manager made there.
+//! do not overwrite the hub RoleBinding the manager made there. A Placement whose name is too
+//! long for the label its PlacementDecisions carry says so in its status.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
 use kube::api::ListParams;
-use ocm_api::{ManagedClusterAddOn, ManifestWork, PlacementDecision};
+use ocm_api::{ManagedClusterAddOn, ManifestWork, Placement, PlacementDecision};
 use serde_json::json;
 use testenv::eventually;
 
@@ -69,6 +70,13 @@ async fn clusters_and_placements_named_like_our_objects_do_not_collide() {
         .await
         .expect("placement");
 
+    // A name too long for the label its PlacementDecisions would carry (63 characters).
+    let long = format!("long-{}", "x".repeat(59));
+    fleet
+        .placement(&long, json!({"clusterSets": ["fleet"]}))
+        .await
+        .expect("placement");
+
     let mut every: Vec<String> = risky.iter().map(|c| (*c).to_owned()).collect();
     every.sort();
     eventually("all selects every cluster", DEADLINE, || async {
@@ -110,6 +118,22 @@ async fn clusters_and_placements_named_like_our_objects_do_not_collide() {
             ),
         ]
     );
+
+    // The long-named Placement says why it has no decisions.
+    let message = eventually("the long name reported", DEADLINE, || async {
+        let p = Api::<Placement>::namespaced(client.clone(), PLACEMENTS)
+            .get(&long)
+            .await
+            .ok()?;
+        p.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "PlacementSatisfied" && c.status == "False")
+            .map(|c| c.message)
+            .filter(|m| m.contains("at most 63"))
+    })
+    .await;
+    eprintln!("{long}: {message}");
 
     // Every cluster: its add-on, its work, its hub RoleBinding, its agent's score.
     for c in risky {
