@@ -241,6 +241,8 @@ impl<P: ScoreProvider> Runner<P> {
         self.count_known(writer);
         let mut hub_error: Option<WriteError> = None;
         let mut refused = 0usize;
+        // The first refusal, for /readyz (a missing CRD, a missing namespace, RBAC).
+        let mut first_refusal: Option<String> = None;
         for (cluster, result) in results {
             let label = match &result {
                 Ok(Written::Created) => "created",
@@ -258,6 +260,9 @@ impl<P: ScoreProvider> Runner<P> {
                 Ok(w) => tracing::debug!(cluster, written = ?w, "scores written"),
                 Err(e @ WriteError::Refused(_)) => {
                     refused += 1;
+                    if first_refusal.is_none() {
+                        first_refusal = Some(format!("{cluster}: {e}"));
+                    }
                     tracing::warn!(cluster, error = %e, "cannot write this cluster's scores; trying again at the next refresh");
                 }
                 Err(e @ WriteError::Hub(_)) => hub_error = Some(e),
@@ -287,7 +292,9 @@ impl<P: ScoreProvider> Runner<P> {
                     self.health.set_ready(true);
                 } else {
                     self.health.set_not_ready(format!(
-                        "the hub refused the writes of {refused} cluster(s)"
+                        "the hub refused the writes of {refused} cluster(s) of AddOnPlacementScores \
+                         (addonplacementscores.cluster.open-cluster-management.io), first {}",
+                        first_refusal.as_deref().unwrap_or_default()
                     ));
                 }
             }

@@ -248,17 +248,9 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     let client =
         ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
-    // Ready once every watch has listed; a standby is ready too (it keeps warm stores).
-    tokio::spawn({
-        let handle = handle.clone();
-        let health = health.clone();
-        async move {
-            while !handle.ready() {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            health.set_ready(true);
-        }
-    });
+    // Ready once every watch has listed; until then /readyz names the watches that have not
+    // and their last error (a missing CRD). A standby is ready too (it keeps warm stores).
+    tokio::spawn(handle.sync.clone().report_to(health.clone()));
 
     let agent = args
         .agent_name
@@ -280,8 +272,9 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
         resync: args.resync_period,
         leader,
     };
-    // A replica that loses the lease exits (client-go's `OnStoppedLeading`) and comes back as
-    // a standby when restarted; until the process is gone, the client refuses every write.
+    // A replica deposed by another holder exits (client-go's `OnStoppedLeading`) and comes
+    // back as a standby when restarted; one that only missed its renewals (the apiserver
+    // down) stops writing and leads again when it renews (see `Leadership::deposed`).
     let run = controller::run(client, handle, options, shutdown.clone());
     ocm_runtime::run_until_deposed(run, leadership, || shutdown.peek().is_some()).await?;
     Ok(())
@@ -414,7 +407,9 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let lost = async move {
         match leadership.as_mut() {
-            Some(l) => l.lost().await,
+            // Deposed by another holder, not merely past the renew deadline (the hub down):
+            // the runner writes only while leading, and leads again once it renews.
+            Some(l) => l.deposed().await,
             None => futures::future::pending().await,
         }
     };

@@ -252,6 +252,9 @@ fn random_u64() -> u64 {
 struct State {
     /// When the last successful acquire or renew was *sent*, while this replica holds the Lease.
     renewed: Option<Instant>,
+    /// Another holder (or nobody: released, deleted) was seen in the Lease after this replica
+    /// led: someone else may have written meanwhile, so this replica must not lead again.
+    deposed: bool,
 }
 
 impl State {
@@ -356,11 +359,29 @@ impl Leadership {
 }
 
 impl Leadership {
-    /// Resolves once this replica has led and then stopped leading: what a binary waits on to
-    /// step down. Never resolves with [`Leadership::always`].
+    /// Resolves once this replica has led and another holder has been seen in the Lease since,
+    /// or once the elector is gone: what a binary waits on to exit. Never resolves with
+    /// [`Leadership::always`].
+    ///
+    /// A leader that only missed its renew deadline (the apiserver down or unreachable) is not
+    /// deposed: it stops writing ([`Self::is_leader`] turns false) and keeps its stores, and
+    /// leads again when it renews the Lease unchanged. That is safe because a renew is
+    /// preconditioned on the `resourceVersion` read with our identity as holder, and any other
+    /// replica must write its own identity into the Lease to lead; exiting instead would only
+    /// throw the stores away and hand the Lease to a fresh process a lease duration later.
     pub async fn deposed(&mut self) {
-        self.wait_leader().await;
-        self.lost().await;
+        let Mode::Elected { rx, .. } = &mut self.mode else {
+            return std::future::pending().await;
+        };
+        loop {
+            if rx.borrow_and_update().deposed {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                // The elector is gone: nobody will renew any more.
+                return;
+            }
+        }
     }
 
     /// A tower layer for a hub client that refuses every request that could change something
@@ -464,6 +485,9 @@ pub struct LeaderElector {
     state: watch::Sender<State>,
     /// The Lease spec last read or written, and when it was first seen like that.
     observed: Option<(LeaseSpec, Instant)>,
+    /// This replica has held the Lease: from then on, only a renew of that same holding makes
+    /// it lead again (see [`Leadership::deposed`]).
+    led: bool,
 }
 
 /// What one acquire-or-renew attempt found.
@@ -492,7 +516,10 @@ impl LeaderElector {
         if identity.is_empty() {
             return Err(LeaderError::Identity);
         }
-        let (state, _) = watch::channel(State { renewed: None });
+        let (state, _) = watch::channel(State {
+            renewed: None,
+            deposed: false,
+        });
         Ok(Self {
             api: Api::namespaced(client, namespace),
             namespace: namespace.into(),
@@ -501,6 +528,7 @@ impl LeaderElector {
             timings,
             state,
             observed: None,
+            led: false,
         })
     }
 
@@ -577,15 +605,20 @@ impl LeaderElector {
                 "leader election: became the leader"
             );
         }
+        self.led = true;
         self.state.send_replace(State {
             renewed: Some(started),
+            deposed: false,
         });
     }
 
     fn not_holding(&mut self, holder: &str) {
-        if self.leading() {
+        if self.led {
             tracing::warn!(lease = %self.name, %holder, "leader election: lost the Lease to another holder");
-            self.step_down();
+            self.state.send_replace(State {
+                renewed: None,
+                deposed: true,
+            });
         } else {
             tracing::debug!(lease = %self.name, %holder, "leader election: the Lease is held");
         }
@@ -604,7 +637,7 @@ impl LeaderElector {
     }
 
     fn step_down(&mut self) {
-        self.state.send_replace(State { renewed: None });
+        self.state.send_modify(|s| s.renewed = None);
     }
 
     /// Notes `spec` as seen now unless it is what was seen before (client-go's observed time).
@@ -628,6 +661,10 @@ impl LeaderElector {
 
     async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            if self.led {
+                // Deleted since we held it: we cannot know who held it meanwhile.
+                return Ok(Attempt::HeldByOther(String::new()));
+            }
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
@@ -653,6 +690,10 @@ impl LeaderElector {
         let spec = lease.spec.take().unwrap_or_default();
         self.observe(&spec);
         let holder = holder(&spec);
+        if self.led && holder != self.identity {
+            // Taken (or released by whoever took it) since we held it.
+            return Ok(Attempt::HeldByOther(holder.to_string()));
+        }
         if !holder.is_empty() && holder != self.identity && !self.observed_expired() {
             return Ok(Attempt::HeldByOther(holder.to_string()));
         }
@@ -891,7 +932,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn leadership_ends_at_the_renew_deadline_without_the_elector() {
-        let (tx, rx) = watch::channel(State { renewed: None });
+        let (tx, rx) = watch::channel(State {
+            renewed: None,
+            deposed: false,
+        });
         let mut l = Leadership {
             mode: Mode::Elected {
                 rx,
@@ -902,6 +946,7 @@ mod tests {
         let start = Instant::now();
         tx.send_replace(State {
             renewed: Some(start),
+            deposed: false,
         });
         l.wait_leader().await;
         assert!(l.is_leader());
@@ -917,6 +962,7 @@ mod tests {
         let start = Instant::now();
         let (tx, rx) = watch::channel(State {
             renewed: Some(start),
+            deposed: false,
         });
         let mut l = Leadership {
             mode: Mode::Elected {
@@ -929,10 +975,14 @@ mod tests {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 tx.send_replace(State {
                     renewed: Some(Instant::now()),
+                    deposed: false,
                 });
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
-            tx.send_replace(State { renewed: None });
+            tx.send_replace(State {
+                renewed: None,
+                deposed: false,
+            });
             tx
         });
         l.lost().await;
@@ -941,12 +991,47 @@ mod tests {
         drop(renewer.await.unwrap());
     }
 
+    /// Missing the renew deadline (the apiserver down) ends leadership but does not depose:
+    /// only another holder seen in the Lease, or the elector gone, does.
+    #[tokio::test(start_paused = true)]
+    async fn deposed_only_by_another_holder_or_a_gone_elector() {
+        let (tx, rx) = watch::channel(State {
+            renewed: Some(Instant::now()),
+            deposed: false,
+        });
+        let mut l = Leadership {
+            mode: Mode::Elected {
+                rx,
+                renew_deadline: Duration::from_secs(10),
+            },
+        };
+        l.lost().await;
+        assert!(!l.is_leader());
+        let mut waiting = l.clone();
+        let early = tokio::time::timeout(Duration::from_secs(60), waiting.deposed()).await;
+        assert!(early.is_err(), "deposed by a missed renew deadline");
+        tx.send_replace(State {
+            renewed: Some(Instant::now()),
+            deposed: false,
+        });
+        assert!(l.is_leader(), "leads again after renewing the same Lease");
+        tx.send_replace(State {
+            renewed: None,
+            deposed: true,
+        });
+        l.deposed().await;
+        let mut gone = l.clone();
+        drop(tx);
+        gone.deposed().await;
+    }
+
     /// A process stopped (SIGSTOP) past its renew deadline runs its tasks before its timer
     /// driver notices: `lost()` must see the deadline on the clock, not wait for the timer.
     #[tokio::test]
     async fn lost_sees_the_deadline_before_the_timer_fires() {
         let (_tx, rx) = watch::channel(State {
             renewed: Some(Instant::now()),
+            deposed: false,
         });
         let mut l = Leadership {
             mode: Mode::Elected {

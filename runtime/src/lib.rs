@@ -8,7 +8,8 @@
 //! - [`logging`]: text for people, JSON for collectors, `RUST_LOG` filters;
 //! - [`shutdown`]: SIGTERM starts the hand-over (the Lease release) instead of killing;
 //! - [`http`], [`tls`]: the small server under the metrics and debug endpoints, with the
-//!   same connection limits ([`HttpLimits`]) on every port.
+//!   same connection limits ([`HttpLimits`]) on every port;
+//! - [`watch`]: how every watch retries, so that all come back within seconds of an outage.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -56,6 +57,7 @@ pub mod logging;
 pub mod metrics;
 pub mod shutdown;
 pub mod tls;
+pub mod watch;
 
 pub use client::{ClientArgs, ClientError, RateLimiter, client};
 pub use http::{HttpLimits, Listener};
@@ -63,5 +65,5 @@ pub use leader::{
     LeaderArgs, LeaderElector, LeaderError, LeaderTimings, Leadership, run_until_deposed,
 };
 pub use logging::{LogArgs, LogError, LogFormat};
-pub use metrics::{Health, ServeArgs, ServeError, serve_metrics};
+pub use metrics::{Health, ServeArgs, ServeError, WatchSync, serve_metrics};
 pub use shutdown::signal;

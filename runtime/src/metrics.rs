@@ -116,6 +116,126 @@ impl Health {
     }
 }
 
+/// Which of a controller's watches have listed once, and the last error of those that have not:
+/// what `/readyz` says while they are not all synced (a missing CRD shows up as its name and
+/// the apiserver's 404). Clones share the state.
+#[derive(Clone, Debug)]
+pub struct WatchSync {
+    inner: Arc<Mutex<SyncState>>,
+}
+
+#[derive(Debug)]
+struct SyncState {
+    /// How many watches the controller runs; ready when that many have synced.
+    expected: usize,
+    /// By kind: its resource (`plural.group`), whether it has listed, its last error since.
+    watches: std::collections::BTreeMap<&'static str, WatchState>,
+}
+
+#[derive(Debug)]
+struct WatchState {
+    resource: String,
+    synced: bool,
+    last_error: Option<String>,
+}
+
+impl WatchSync {
+    /// For a controller that runs `expected` watches.
+    pub fn new(expected: usize) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(SyncState {
+                expected,
+                watches: Default::default(),
+            })),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, SyncState> {
+        // Plain fields: a panic elsewhere cannot leave them half-written.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A watch of `kind` on `resource_url` (`Api::resource_url`) has started.
+    pub fn started(&self, kind: &'static str, resource_url: &str) {
+        self.state().watches.insert(
+            kind,
+            WatchState {
+                resource: resource_name(resource_url),
+                synced: false,
+                last_error: None,
+            },
+        );
+    }
+
+    /// The watch of `kind` has listed (once is enough: a relist keeps serving the old stores).
+    pub fn synced(&self, kind: &'static str) {
+        if let Some(w) = self.state().watches.get_mut(kind) {
+            w.synced = true;
+            w.last_error = None;
+        }
+    }
+
+    /// The watch of `kind` failed (it retries with backoff); kept for the reason until it lists.
+    pub fn failed(&self, kind: &'static str, error: &dyn std::fmt::Display) {
+        if let Some(w) = self.state().watches.get_mut(kind) {
+            w.last_error = Some(error.to_string());
+        }
+    }
+
+    /// `None` once every watch has listed, else which have not and why, e.g.
+    /// `waiting for the first list of AddOnPlacementScore (addonplacementscores.cluster.open-cluster-management.io: <404 error>)`.
+    pub fn not_ready(&self) -> Option<String> {
+        let st = self.state();
+        let synced = st.watches.values().filter(|w| w.synced).count();
+        if synced >= st.expected {
+            return None;
+        }
+        let mut pending: Vec<String> = st
+            .watches
+            .iter()
+            .filter(|(_, w)| !w.synced)
+            .map(|(kind, w)| match &w.last_error {
+                Some(e) => format!("{kind} ({}: {e})", w.resource),
+                None => format!("{kind} ({})", w.resource),
+            })
+            .collect();
+        let not_started = st.expected.saturating_sub(st.watches.len());
+        if not_started > 0 {
+            pending.push(format!("{not_started} watch(es) not started"));
+        }
+        Some(format!(
+            "waiting for the first list of {}",
+            pending.join("; ")
+        ))
+    }
+
+    /// Keeps `health`'s readiness to [`Self::not_ready`] until every watch has listed, then
+    /// ready for good (a standby is ready too: it keeps warm stores).
+    pub async fn report_to(self, health: Health) {
+        loop {
+            match self.not_ready() {
+                None => {
+                    health.set_ready(true);
+                    return;
+                }
+                Some(reason) => health.set_not_ready(reason),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// `plural.group` (a CRD's name) or `plural` (core) from a resource URL
+/// (`/apis/<group>/<version>/[namespaces/<ns>/]<plural>`, `/api/v1/<plural>`).
+fn resource_name(url: &str) -> String {
+    let parts: Vec<&str> = url.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["apis", group, .., plural] => format!("{plural}.{group}"),
+        [.., plural] => (*plural).to_owned(),
+        [] => url.to_owned(),
+    }
+}
+
 /// Serves `/metrics` from `registry`, `/healthz` and `/readyz` from `health` on `listener`
 /// until `shutdown` completes.
 pub async fn serve_metrics(
@@ -217,6 +337,33 @@ mod tests {
 
     fn get(path: &str) -> Request<()> {
         Request::get(path).body(()).unwrap()
+    }
+
+    #[test]
+    fn watch_sync_names_what_has_not_listed() {
+        let w = WatchSync::new(3);
+        assert!(w.not_ready().unwrap().contains("3 watch(es) not started"));
+        w.started(
+            "Placement",
+            "/apis/cluster.open-cluster-management.io/v1beta1/placements",
+        );
+        w.started(
+            "AddOnPlacementScore",
+            "/apis/cluster.open-cluster-management.io/v1alpha1/addonplacementscores",
+        );
+        w.started("Node", "/api/v1/nodes");
+        assert!(w.not_ready().unwrap().contains("Node (nodes)"));
+        w.synced("Node");
+        w.synced("Placement");
+        w.failed("AddOnPlacementScore", &"404 Not Found");
+        let reason = w.not_ready().unwrap();
+        assert!(
+            reason.contains("AddOnPlacementScore (addonplacementscores.cluster.open-cluster-management.io: 404 Not Found)"),
+            "{reason}"
+        );
+        assert!(!reason.contains("Placement ("), "{reason}");
+        w.synced("AddOnPlacementScore");
+        assert_eq!(w.not_ready(), None);
     }
 
     #[test]

@@ -236,17 +236,9 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
         ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
 
-    // Ready once every watch has listed; a standby is ready too (it keeps warm stores).
-    tokio::spawn({
-        let handle = handle.clone();
-        let health = health.clone();
-        async move {
-            while !handle.ready() {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            health.set_ready(true);
-        }
-    });
+    // Ready once every watch has listed; until then /readyz names the watches that have not
+    // and their last error (a missing CRD). A standby is ready too (it keeps warm stores).
+    tokio::spawn(handle.sync.clone().report_to(health.clone()));
 
     let options = Options {
         workers: args.workers,
@@ -256,8 +248,9 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
         balance_delay: args.balance_delay,
         leader,
     };
-    // A replica that loses the lease exits (client-go's `OnStoppedLeading`) and comes back as
-    // a standby when restarted; until the process is gone, the client refuses every write.
+    // A replica deposed by another holder exits (client-go's `OnStoppedLeading`) and comes
+    // back as a standby when restarted; one that only missed its renewals (the apiserver
+    // down) stops writing and leads again when it renews (see `Leadership::deposed`).
     let run = controller::run(writes, handle, options, shutdown.clone());
     ocm_runtime::run_until_deposed(run, leadership, || shutdown.peek().is_some()).await?;
     Ok(())

@@ -69,7 +69,7 @@ impl KubeSource {
             config = config.labels(s);
         }
         let nodes = watcher::watcher(Api::<SlimNode>::all(self.client.clone()), config)
-            .default_backoff()
+            .backoff(ocm_runtime::watch::backoff())
             .filter_map({
                 let me = self.clone();
                 move |event| std::future::ready(me.on_node(event))
@@ -80,7 +80,7 @@ impl KubeSource {
                 .fields(POD_FIELD_SELECTOR)
                 .page_size(LIST_PAGE_SIZE),
         )
-        .default_backoff()
+        .backoff(ocm_runtime::watch::backoff())
         .filter_map({
             let me = self.clone();
             move |event| std::future::ready(me.on_pod(event))

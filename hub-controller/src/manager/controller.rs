@@ -6,7 +6,6 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -157,7 +156,8 @@ impl Metrics {
 #[derive(Clone)]
 pub struct Handle {
     pub metrics: Arc<Metrics>,
-    synced: Arc<AtomicUsize>,
+    /// Which watches have listed, and why not: what `/readyz` says.
+    pub sync: ocm_runtime::WatchSync,
 }
 
 /// The number of watches; ready when each has listed once.
@@ -167,13 +167,13 @@ impl Handle {
     pub fn new(registry: &mut prometheus_client::registry::Registry) -> Self {
         Self {
             metrics: Arc::new(Metrics::new(registry)),
-            synced: Arc::default(),
+            sync: ocm_runtime::WatchSync::new(WATCHES),
         }
     }
 
     /// Every watch has listed once.
     pub fn ready(&self) -> bool {
-        self.synced.load(Ordering::SeqCst) >= WATCHES
+        self.sync.not_ready().is_none()
     }
 }
 
@@ -437,11 +437,12 @@ impl WatchCtx {
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Eq + Hash + Clone + Send + Sync,
     {
+        self.handle.sync.started(kind, api.resource_url());
         let ctx = self.clone();
         tasks.spawn(async move {
             // managedFields are half of an object as served and nothing here reads them.
             let events = watcher::watcher(api, config)
-                .default_backoff()
+                .backoff(ocm_runtime::watch::backoff())
                 .modify(move |o| {
                     o.managed_fields_mut().clear();
                     slim(o);
@@ -454,7 +455,7 @@ impl WatchCtx {
                     Ok(Some(event)) => {
                         if matches!(event, Event::InitDone) && !synced {
                             synced = true;
-                            ctx.handle.synced.fetch_add(1, Ordering::SeqCst);
+                            ctx.handle.sync.synced(kind);
                             tracing::info!(kind, "watch synced");
                         }
                         if !matches!(event, Event::Init | Event::InitApply(_)) {
@@ -464,6 +465,7 @@ impl WatchCtx {
                     Ok(None) => break,
                     Err(e) => {
                         tracing::warn!(kind, error = %e, "watch failed; retrying");
+                        ctx.handle.sync.failed(kind, &e);
                         ctx.handle
                             .metrics
                             .watch_errors

@@ -169,7 +169,7 @@ impl PromScorer {
                 watcher::Config::default(),
             ),
         )
-        .default_backoff()
+        .backoff(ocm_runtime::watch::backoff())
         .filter_map(move |r| {
             let change = match r {
                 Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => {
@@ -200,7 +200,7 @@ impl PromScorer {
                     .fields(&format!("metadata.name={}", settings.score_name)),
             ),
         )
-        .default_backoff()
+        .backoff(ocm_runtime::watch::backoff())
         .touched_objects()
         // Score writes (ours included) are no reason to query again: drive the store only.
         .filter_map(|r| async move {

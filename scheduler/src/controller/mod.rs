@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -98,7 +98,8 @@ impl Default for Options {
 pub struct Handle {
     pub state: Shared,
     pub metrics: Arc<Metrics>,
-    synced: Arc<AtomicUsize>,
+    /// Which watches have listed, and why not: what `/readyz` says.
+    pub sync: ocm_runtime::WatchSync,
 }
 
 /// The number of watched kinds; the controller is ready when each has listed once.
@@ -109,13 +110,13 @@ impl Handle {
         Self {
             state: Shared::default(),
             metrics: Arc::new(Metrics::new(registry)),
-            synced: Arc::default(),
+            sync: ocm_runtime::WatchSync::new(KINDS),
         }
     }
 
     /// Every watch has listed once.
     pub fn ready(&self) -> bool {
-        self.synced.load(Ordering::SeqCst) >= KINDS
+        self.sync.not_ready().is_none()
     }
 }
 
@@ -415,8 +416,9 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     F: Fn(&mut State, Change<K>) -> BTreeSet<Key> + Send + 'static,
 {
+    ctx.handle.sync.started(kind, api.resource_url());
     let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(ocm_runtime::watch::backoff())
         .boxed();
     let mut buffer: Vec<K> = Vec::new();
     let mut synced = false;
@@ -436,6 +438,7 @@ where
             Err(e) => {
                 // The watcher retries with backoff; say so once per error.
                 tracing::warn!(kind, error = %e, "watch failed; retrying");
+                ctx.handle.sync.failed(kind, &e);
                 ctx.handle
                     .metrics
                     .watch_errors
@@ -462,7 +465,7 @@ where
         if relist {
             if !synced {
                 synced = true;
-                ctx.handle.synced.fetch_add(1, Ordering::SeqCst);
+                ctx.handle.sync.synced(kind);
                 tracing::info!(kind, "watch synced");
             }
             // A relist may have missed deletions and updates alike: reschedule everything.

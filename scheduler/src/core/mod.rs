@@ -11,6 +11,7 @@
 pub mod cel;
 pub mod filter;
 pub mod groups;
+pub mod names;
 pub mod plan;
 pub mod prioritize;
 pub mod select;
@@ -159,6 +160,7 @@ fn run<'a>(
     out: &mut Scheduled<'a>,
     laps: &mut dyn Laps,
 ) -> Result<Status, Status> {
+    names::check(placement.metadata.name.as_deref().unwrap_or_default())?;
     let spec = &placement.spec;
     let wanted = match spec.number_of_clusters {
         None => None,

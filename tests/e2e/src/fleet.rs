@@ -35,7 +35,13 @@ pub struct Options {
     pub bin_dir: PathBuf,
     /// Where the processes' logs go.
     pub log_dir: PathBuf,
+    /// Run the scheduler and the manager with leader election (their Leases in
+    /// [`LEASE_NAMESPACE`]), as the chart does.
+    pub leader_elect: bool,
 }
+
+/// Where the scheduler's and the manager's Leases are (the flags' default).
+pub const LEASE_NAMESPACE: &str = "open-cluster-management-hub";
 
 /// The running fleet; everything stops when it is dropped.
 pub struct Fleet {
@@ -73,6 +79,24 @@ pub fn binaries(build: bool) -> Result<PathBuf, Error> {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.arg("build");
+        // What `cargo test` sets for the test process describes the test's package; passed on,
+        // it changes build-script inputs (ring's) and every run would rebuild them.
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+                "CARGO_PRIMARY_",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .iter()
+            .any(|p| key.starts_with(p))
+            {
+                cmd.env_remove(key.as_ref());
+            }
+        }
         if dir.ends_with("release") {
             cmd.arg("--release");
         }
@@ -122,14 +146,18 @@ impl Fleet {
             fleet.register(cluster, *cores).await?;
         }
 
+        if opts.leader_elect {
+            create(&client, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE_NAMESPACE}})).await?;
+        }
         let k = kubeconfig.display().to_string();
+        let elect = format!("--leader-elect={}", opts.leader_elect);
         let bin = |n: &str| opts.bin_dir.join(n);
         fleet.spawn(
             "scheduler",
             &bin("placement-scheduler"),
             &[
                 "controller",
-                "--leader-elect=false",
+                &elect,
                 "--debug-bind-address=",
                 "--metrics-bind-address=127.0.0.1:0",
                 &format!("--kubeconfig={k}"),
@@ -141,7 +169,7 @@ impl Fleet {
             &bin("resource-usage-hub"),
             &[
                 "manager",
-                "--leader-elect=false",
+                &elect,
                 "--agent-image=quay.io/ocm-placement/resource-usage-agent:local",
                 "--metrics-bind-address=127.0.0.1:0",
                 &format!("--kubeconfig={k}"),
@@ -183,6 +211,33 @@ impl Fleet {
             )?;
         }
         Ok(fleet)
+    }
+
+    /// Starts the metrics-backed hub scorer (`resource-usage-hub scorer`) against
+    /// `prometheus_url`, with leader election as [`Options::leader_elect`] says, and `args`.
+    pub fn start_scorer(
+        &mut self,
+        opts: &Options,
+        prometheus_url: &str,
+        args: &[&str],
+    ) -> Result<(), Error> {
+        let kubeconfig = format!("--hub-kubeconfig={}", self.dir.join("kubeconfig").display());
+        let url = format!("--prometheus-url={prometheus_url}");
+        let elect = format!("--leader-elect={}", opts.leader_elect);
+        let mut all = vec![
+            "scorer",
+            &elect,
+            &kubeconfig,
+            &url,
+            "--metrics-bind-address=127.0.0.1:0",
+        ];
+        all.extend_from_slice(args);
+        self.spawn(
+            "scorer",
+            &opts.bin_dir.join("resource-usage-hub"),
+            &all,
+            &opts.log_dir,
+        )
     }
 
     /// A ManagedCluster, its namespace, and its two synthetic nodes.

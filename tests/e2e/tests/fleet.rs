@@ -24,6 +24,7 @@ async fn load_moves_the_decision_and_a_taint_fails_it_over() {
         debounce: Duration::from_millis(500),
         bin_dir: binaries(false).expect("the fleet's binaries"),
         log_dir: logs.clone(),
+        leader_elect: false,
     };
     let mut fleet = Fleet::start(&opts).await.expect("the fleet");
     fleet

@@ -57,6 +57,8 @@ struct Inner {
     /// Kept so that a restart uses exactly the first start's flags.
     apiserver_cmd: ApiServerCommand,
     port: u16,
+    /// etcd's client port (its JSON gateway answers there too).
+    etcd_port: u16,
     server: String,
     ca_file: PathBuf,
     admin_token: String,
@@ -217,6 +219,7 @@ impl ControlPlane {
             }),
             apiserver_cmd,
             port: secure_port,
+            etcd_port: client_port,
             server,
             ca_file,
             admin_token,
@@ -341,6 +344,100 @@ impl ControlPlane {
             }
         }
         self.wait_ready().await
+    }
+
+    /// Compacts etcd's history up to its current revision (what kube-apiserver does every
+    /// five minutes), so that a watch resuming from an older `resourceVersion` gets 410 Gone
+    /// and must list again. Returns the revision compacted to.
+    pub async fn compact_etcd(&self) -> Result<i64, Error> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.inner.etcd_port));
+        let etcd = |path: &'static str, body: String| async move {
+            let (status, text) = crate::http::post_json(addr, path, &body)
+                .await
+                .map_err(Error::Invalid)?;
+            if status != 200 {
+                return Err(Error::Invalid(format!("etcd {path}: {status} {text}")));
+            }
+            serde_json::from_str::<serde_json::Value>(&text).map_err(|e| Error::Parse {
+                file: format!("etcd {path}"),
+                message: e.to_string(),
+            })
+        };
+        // A range over one key only to read the current revision from the header.
+        let status = etcd("/v3/kv/range", r#"{"key":"AA==","limit":1}"#.to_owned()).await?;
+        let revision = status["header"]["revision"]
+            .as_str()
+            .and_then(|r| r.parse::<i64>().ok())
+            .ok_or_else(|| Error::Invalid(format!("etcd: no revision in {status}")))?;
+        etcd(
+            "/v3/kv/compaction",
+            format!(r#"{{"revision":"{revision}","physical":true}}"#),
+        )
+        .await?;
+        Ok(revision)
+    }
+
+    /// A second kube-apiserver on the same etcd, with the same flags but its own port and
+    /// serving certificate: a way to write while the first one is stopped (a hub outage as
+    /// the code under test sees it, while the data keeps changing). Killed when dropped.
+    pub async fn second_apiserver(&self) -> Result<SecondApiServer, Error> {
+        let port = crate::free_port();
+        let cert_dir = self.inner.dir.join(format!("certs-{port}"));
+        let first = &self.inner.apiserver_cmd;
+        let args = first
+            .args
+            .iter()
+            .map(|a| {
+                if a.starts_with("--secure-port=") {
+                    format!("--secure-port={port}")
+                } else if a.starts_with("--cert-dir=") {
+                    format!("--cert-dir={}", cert_dir.display())
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let cmd = ApiServerCommand {
+            bin: first.bin.clone(),
+            args,
+            log: self.inner.dir.join(format!("kube-apiserver-{port}.log")),
+        };
+        let second = SecondApiServer {
+            child: cmd.spawn()?,
+            server: format!("https://127.0.0.1:{port}"),
+            ca_file: cert_dir.join("apiserver.crt"),
+            admin_token: self.inner.admin_token.clone(),
+        };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = second.child.exited() {
+                return Err(exited("kube-apiserver", status, &cmd.log));
+            }
+            if second.ca_file.exists() {
+                let ready = match second.client() {
+                    Ok(c) => c
+                        .request_text(
+                            http::Request::get("/readyz")
+                                .body(Vec::new())
+                                .map_err(|e| Error::Invalid(e.to_string()))?,
+                        )
+                        .await
+                        .is_ok(),
+                    Err(_) => false,
+                };
+                if ready {
+                    return Ok(second);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::NotReady {
+                    what: "the second kube-apiserver".into(),
+                    seconds: READY_TIMEOUT.as_secs(),
+                    detail: format!("; log: {}", cmd.log.display()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// The directory holding the data, certificates and logs; removed at shutdown.
@@ -469,6 +566,34 @@ impl ControlPlane {
     /// Kills both processes and removes the directory; idempotent. Dropping does the same.
     pub fn shutdown(&self) {
         self.inner.shutdown();
+    }
+}
+
+/// A second kube-apiserver on the control plane's etcd (see [`ControlPlane::second_apiserver`]).
+pub struct SecondApiServer {
+    child: ManagedChild,
+    server: String,
+    ca_file: PathBuf,
+    admin_token: String,
+}
+
+impl SecondApiServer {
+    /// An admin client of this apiserver.
+    pub fn client(&self) -> Result<Client, Error> {
+        let url = self.server.parse().map_err(|e| Error::Parse {
+            file: "server URL".into(),
+            message: format!("{e}"),
+        })?;
+        let mut config = kube::Config::new(url);
+        config.default_namespace = "default".into();
+        config.root_cert_file = Some(self.ca_file.clone());
+        config.auth_info.token = Some(self.admin_token.clone().into());
+        Ok(Client::try_from(config)?)
+    }
+
+    /// Kills it; dropping does the same.
+    pub fn stop(&self) {
+        self.child.kill();
     }
 }
 

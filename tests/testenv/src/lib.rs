@@ -30,7 +30,7 @@ mod control_plane;
 mod pki;
 
 pub use apply::{apply, apply_yaml};
-pub use control_plane::{ControlPlane, Options, service_account};
+pub use control_plane::{ControlPlane, Options, SecondApiServer, service_account};
 pub use crds::{install_crds, namespace, upstream_crds};
 pub use pki::{ClientCertificate, certificate_request, certificate_request_der, pem_encode};
 pub use prometheus::{Exporter, Prometheus};

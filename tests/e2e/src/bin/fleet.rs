@@ -74,6 +74,7 @@ async fn run(args: Args) -> Result<(), e2e::fleet::Error> {
         debounce: Duration::from_secs(1),
         bin_dir,
         log_dir: logs.clone(),
+        leader_elect: false,
     };
     eprintln!(
         "starting a hub control plane and the fleet (logs in {})...",
