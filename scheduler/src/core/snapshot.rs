@@ -5,6 +5,11 @@
 //! what makes one pass over thousands of placements cheap: clusters by exclusive clusterset
 //! label, decisions by owning placement, decision counts per cluster (Balance) and each
 //! cluster's scores beside the cluster.
+//!
+//! A `Snapshot` is cheap to clone: each index sits behind an `Arc` and is copied only when a
+//! clone changes it (`Arc::make_mut`), clusters are shared `Arc<ClusterInfo>`s, and the lazily
+//! computed caches are shared until a change invalidates them. The controller schedules from
+//! an `Arc<Snapshot>` while its watches change a copy, so no lock is held during a pass.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -27,6 +32,7 @@ pub type Name = Arc<str>;
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 /// One ManagedCluster with what the scheduler derives from it, computed once.
+#[derive(Clone)]
 pub struct ClusterInfo {
     pub name: Name,
     pub object: Arc<ManagedCluster>,
@@ -44,7 +50,8 @@ pub struct ClusterInfo {
     /// This cluster's AddOnPlacementScores (a mirror of the snapshot's score index), with
     /// their names interned so that the AddOn prioritizer compares integers.
     scores: Vec<ScoreEntry>,
-    cel: OnceLock<CelCluster>,
+    /// Shared by the copies of this info (they hold the same object).
+    cel: Arc<OnceLock<CelCluster>>,
 }
 
 impl ClusterInfo {
@@ -74,7 +81,7 @@ impl ClusterInfo {
             name,
             claims,
             scores: Vec::new(),
-            cel: OnceLock::new(),
+            cel: Arc::default(),
             object,
         }
     }
@@ -116,6 +123,7 @@ impl ClusterInfo {
 }
 
 /// One AddOnPlacementScore of a cluster, pre-digested.
+#[derive(Clone)]
 pub struct ScoreEntry {
     pub object: Arc<AddOnPlacementScore>,
     /// Interned `metadata.name` (see [`Snapshot::name_id`]).
@@ -200,40 +208,48 @@ pub enum SetMembers {
     Invalid(String),
 }
 
+/// A lazily filled cache, shared by the clones of a snapshot until one of them changes what
+/// it derives from (that clone then starts an empty one).
+type Cache<K, V> = Arc<Mutex<HashMap<K, V>>>;
+
 /// Every object the scheduler reads.
-#[derive(Default)]
+///
+/// Every index is behind an `Arc` (copied on the first change after a clone) and keyed by
+/// shared names where it has one entry per cluster or placement, so that a clone, and the
+/// copy a change after it makes, cost reference counts rather than allocations.
+#[derive(Clone, Default)]
 pub struct Snapshot {
     /// Clusters in a slab: slots are stable, so indexes and per-pass arrays use them.
-    slots: Vec<Option<ClusterInfo>>,
-    free: Vec<usize>,
+    slots: Arc<Vec<Option<Arc<ClusterInfo>>>>,
+    free: Arc<Vec<usize>>,
     /// name -> slot, in name order
-    clusters: BTreeMap<Name, usize>,
+    clusters: Arc<BTreeMap<Name, usize>>,
     /// exclusive clusterset label value -> members (name -> slot)
-    by_set_label: HashMap<String, BTreeMap<Name, usize>>,
-    sets: BTreeMap<String, Arc<ManagedClusterSet>>,
+    by_set_label: Arc<HashMap<String, Arc<BTreeMap<Name, usize>>>>,
+    sets: Arc<BTreeMap<String, Arc<ManagedClusterSet>>>,
     /// namespace -> binding names
-    bindings: BTreeMap<String, BTreeSet<String>>,
+    bindings: Arc<BTreeMap<String, BTreeSet<String>>>,
     /// cluster namespace -> score name -> score
-    scores: HashMap<String, BTreeMap<String, Arc<AddOnPlacementScore>>>,
+    scores: Arc<HashMap<Name, Arc<BTreeMap<String, Arc<AddOnPlacementScore>>>>>,
     /// cluster namespace -> score name -> when the controller observed its current version
-    score_observed: HashMap<String, BTreeMap<String, Timestamp>>,
+    score_observed: Arc<HashMap<Name, Arc<BTreeMap<String, Timestamp>>>>,
     max_score_validity: MaxScoreValidity,
     /// namespace -> name -> decision
-    decisions: BTreeMap<String, BTreeMap<String, Arc<PlacementDecision>>>,
+    decisions: Arc<BTreeMap<String, Arc<BTreeMap<String, Arc<PlacementDecision>>>>>,
     /// (namespace, placement label) -> decision names
-    decisions_by_placement: HashMap<(String, String), BTreeSet<String>>,
+    decisions_by_placement: Arc<HashMap<Arc<(String, String)>, Arc<BTreeSet<String>>>>,
     /// cluster name -> number of decision entries naming it, across all namespaces (Balance)
-    decision_counts: HashMap<String, u32>,
+    decision_counts: Arc<HashMap<Name, u32>>,
     /// count -> number of cluster names with that count (for the maximum, excluding one placement)
-    count_histogram: BTreeMap<u32, u32>,
+    count_histogram: Arc<BTreeMap<u32, u32>>,
     /// Interned score and score-item names.
-    names: HashMap<String, u32>,
-    /// Membership of sets, computed on first use, cleared when clusters or sets change.
-    membership: Mutex<HashMap<String, SetMembers>>,
-    /// Topology keys, computed on first use, cleared when clusters change.
-    topologies: Mutex<HashMap<(String, bool), Arc<Topology>>>,
-    /// Score items, computed on first use, cleared when clusters or scores change.
-    columns: Mutex<HashMap<(String, String), Arc<ScoreColumn>>>,
+    names: Arc<HashMap<String, u32>>,
+    /// Membership of sets, computed on first use, dropped when clusters or sets change.
+    membership: Cache<String, SetMembers>,
+    /// Topology keys, computed on first use, dropped when clusters change.
+    topologies: Cache<(String, bool), Arc<Topology>>,
+    /// Score items, computed on first use, dropped when clusters or scores change.
+    columns: Cache<(String, String), Arc<ScoreColumn>>,
 }
 
 impl Snapshot {
@@ -246,57 +262,83 @@ impl Snapshot {
         self.remove_cluster(&info.name);
         info.scores = self.score_entries(&info.name);
         info.decisions = self.decision_counts.get(&*info.name).copied().unwrap_or(0);
-        let slot = self.free.pop().unwrap_or(self.slots.len());
+        let slot = Arc::make_mut(&mut self.free)
+            .pop()
+            .unwrap_or(self.slots.len());
         info.slot = slot;
         if let Some(set) = info.labels().get(label::CLUSTERSET) {
-            self.by_set_label
+            let members = Arc::make_mut(&mut self.by_set_label)
                 .entry(set.clone())
-                .or_default()
-                .insert(info.name.clone(), slot);
+                .or_default();
+            Arc::make_mut(members).insert(info.name.clone(), slot);
         }
-        self.clusters.insert(info.name.clone(), slot);
-        if slot == self.slots.len() {
-            self.slots.push(Some(info));
+        Arc::make_mut(&mut self.clusters).insert(info.name.clone(), slot);
+        let slots = Arc::make_mut(&mut self.slots);
+        if slot == slots.len() {
+            slots.push(Some(Arc::new(info)));
         } else {
-            self.slots[slot] = Some(info);
+            slots[slot] = Some(Arc::new(info));
         }
         self.invalidate_membership();
     }
 
     pub fn remove_cluster(&mut self, name: &str) {
-        let Some(slot) = self.clusters.remove(name) else {
+        if !self.clusters.contains_key(name) {
+            return;
+        }
+        let Some(slot) = Arc::make_mut(&mut self.clusters).remove(name) else {
             return;
         };
-        if let Some(old) = self.slots.get_mut(slot).and_then(Option::take) {
+        if let Some(old) = Arc::make_mut(&mut self.slots)
+            .get_mut(slot)
+            .and_then(Option::take)
+        {
             if let Some(set) = old.labels().get(label::CLUSTERSET)
-                && let Some(members) = self.by_set_label.get_mut(set)
+                && let Some(members) = Arc::make_mut(&mut self.by_set_label).get_mut(set)
             {
-                members.remove(name);
+                Arc::make_mut(members).remove(name);
             }
-            self.free.push(slot);
+            Arc::make_mut(&mut self.free).push(slot);
         }
         self.invalidate_membership();
     }
 
+    /// The cluster in a slot, for a change (copied first if another snapshot shares it).
+    fn slot_mut(&mut self, slot: usize) -> Option<&mut ClusterInfo> {
+        self.slots.get(slot)?.as_ref()?;
+        Arc::make_mut(&mut self.slots)
+            .get_mut(slot)?
+            .as_mut()
+            .map(Arc::make_mut)
+    }
+
     pub fn upsert_set(&mut self, set: Arc<ManagedClusterSet>) {
         let name = set.metadata.name.clone().unwrap_or_default();
-        self.sets.insert(name, set);
+        Arc::make_mut(&mut self.sets).insert(name, set);
         self.invalidate_membership();
     }
 
     pub fn remove_set(&mut self, name: &str) {
-        self.sets.remove(name);
+        Arc::make_mut(&mut self.sets).remove(name);
         self.invalidate_membership();
     }
 
     pub fn upsert_binding(&mut self, binding: &ManagedClusterSetBinding) {
         let ns = binding.metadata.namespace.clone().unwrap_or_default();
         let name = binding.metadata.name.clone().unwrap_or_default();
-        self.bindings.entry(ns).or_default().insert(name);
+        Arc::make_mut(&mut self.bindings)
+            .entry(ns)
+            .or_default()
+            .insert(name);
     }
 
     pub fn remove_binding(&mut self, namespace: &str, name: &str) {
-        if let Some(b) = self.bindings.get_mut(namespace) {
+        if self
+            .bindings
+            .get(namespace)
+            .is_some_and(|b| b.contains(name))
+            && let Some(b) = Arc::make_mut(&mut self.bindings).get_mut(namespace)
+        {
             b.remove(name);
         }
     }
@@ -318,17 +360,28 @@ impl Snapshot {
     }
 
     fn upsert_score_at(&mut self, score: Arc<AddOnPlacementScore>, observed_at: Option<Timestamp>) {
-        let ns = score.metadata.namespace.clone().unwrap_or_default();
+        let ns: Name = score
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default()
+            .into();
         let name = score.metadata.name.clone().unwrap_or_default();
-        let observed = self.score_observed.entry(ns.clone()).or_default();
+        let observed = Arc::make_mut(
+            Arc::make_mut(&mut self.score_observed)
+                .entry(ns.clone())
+                .or_default(),
+        );
         match observed_at {
             Some(at) => observed.insert(name.clone(), at),
             None => observed.remove(&name),
         };
-        self.scores
-            .entry(ns.clone())
-            .or_default()
-            .insert(name, score);
+        Arc::make_mut(
+            Arc::make_mut(&mut self.scores)
+                .entry(ns.clone())
+                .or_default(),
+        )
+        .insert(name, score);
         self.mirror_scores(&ns);
         self.invalidate_columns();
     }
@@ -340,6 +393,10 @@ impl Snapshot {
 
     /// See [`MaxScoreValidity`]; the default is [`DEFAULT_MAX_SCORE_VALIDITY`].
     pub fn set_max_score_validity(&mut self, bound: MaxScoreValidity) {
+        if self.max_score_validity != bound {
+            // Columns carry no bound, but keep the rule simple: a new input, fresh caches.
+            self.invalidate_columns();
+        }
         self.max_score_validity = bound;
     }
 
@@ -348,11 +405,14 @@ impl Snapshot {
     }
 
     pub fn remove_score(&mut self, namespace: &str, name: &str) {
-        if let Some(s) = self.scores.get_mut(namespace) {
-            s.remove(name);
+        if self.score(namespace, name).is_none() {
+            return;
         }
-        if let Some(s) = self.score_observed.get_mut(namespace) {
-            s.remove(name);
+        if let Some(s) = Arc::make_mut(&mut self.scores).get_mut(namespace) {
+            Arc::make_mut(s).remove(name);
+        }
+        if let Some(s) = Arc::make_mut(&mut self.score_observed).get_mut(namespace) {
+            Arc::make_mut(s).remove(name);
         }
         self.mirror_scores(namespace);
         self.invalidate_columns();
@@ -360,10 +420,8 @@ impl Snapshot {
 
     fn mirror_scores(&mut self, cluster: &str) {
         let entries = self.score_entries(cluster);
-        if let Some(info) = self
-            .clusters
-            .get(cluster)
-            .and_then(|&i| self.slots[i].as_mut())
+        if let Some(&slot) = self.clusters.get(cluster)
+            && let Some(info) = self.slot_mut(slot)
         {
             info.scores = entries;
         }
@@ -374,7 +432,7 @@ impl Snapshot {
             return *id;
         }
         let id = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
-        self.names.insert(name.to_owned(), id);
+        Arc::make_mut(&mut self.names).insert(name.to_owned(), id);
         id
     }
 
@@ -394,6 +452,7 @@ impl Snapshot {
             .get(cluster)
             .cloned()
             .unwrap_or_default();
+        let observed = &*observed;
         objects
             .into_iter()
             .map(|object| {
@@ -423,29 +482,34 @@ impl Snapshot {
         self.remove_decision(&ns, &name);
         self.count(&decision, true);
         if let Some(p) = placement_label(&decision) {
-            self.decisions_by_placement
-                .entry((ns.clone(), p.to_owned()))
-                .or_default()
-                .insert(name.clone());
+            let names = Arc::make_mut(&mut self.decisions_by_placement)
+                .entry(Arc::new((ns.clone(), p.to_owned())))
+                .or_default();
+            Arc::make_mut(names).insert(name.clone());
         }
-        self.decisions.entry(ns).or_default().insert(name, decision);
+        let in_ns = Arc::make_mut(&mut self.decisions).entry(ns).or_default();
+        Arc::make_mut(in_ns).insert(name, decision);
     }
 
     pub fn remove_decision(&mut self, namespace: &str, name: &str) {
-        let Some(old) = self
-            .decisions
+        if self.decision(namespace, name).is_none() {
+            return;
+        }
+        let Some(old) = Arc::make_mut(&mut self.decisions)
             .get_mut(namespace)
-            .and_then(|d| d.remove(name))
+            .and_then(|d| Arc::make_mut(d).remove(name))
         else {
             return;
         };
         self.count(&old, false);
         if let Some(p) = placement_label(&old) {
             let key = (namespace.to_owned(), p.to_owned());
-            if let Some(names) = self.decisions_by_placement.get_mut(&key) {
+            let by_placement = Arc::make_mut(&mut self.decisions_by_placement);
+            if let Some(names) = by_placement.get_mut(&key) {
+                let names = Arc::make_mut(names);
                 names.remove(name);
                 if names.is_empty() {
-                    self.decisions_by_placement.remove(&key);
+                    by_placement.remove(&key);
                 }
             }
         }
@@ -453,24 +517,31 @@ impl Snapshot {
 
     fn count(&mut self, decision: &PlacementDecision, add: bool) {
         for d in decision_entries(decision) {
-            let c = self
-                .decision_counts
-                .entry(d.cluster_name.clone())
-                .or_insert(0);
-            if *c > 0 {
-                dec_histogram(&mut self.count_histogram, *c);
-            }
-            *c = if add { *c + 1 } else { c.saturating_sub(1) };
-            let now = *c;
-            if now > 0 {
-                *self.count_histogram.entry(now).or_insert(0) += 1;
+            let name = d.cluster_name.as_str();
+            let before = self.decision_count(name);
+            let now = if add {
+                before + 1
             } else {
-                self.decision_counts.remove(&d.cluster_name);
+                before.saturating_sub(1)
+            };
+            let histogram = Arc::make_mut(&mut self.count_histogram);
+            if before > 0 {
+                dec_histogram(histogram, before);
             }
-            if let Some(info) = self
-                .clusters
-                .get(d.cluster_name.as_str())
-                .and_then(|&i| self.slots[i].as_mut())
+            let counts = Arc::make_mut(&mut self.decision_counts);
+            if now > 0 {
+                *histogram.entry(now).or_insert(0) += 1;
+                match counts.get_mut(name) {
+                    Some(c) => *c = now,
+                    None => {
+                        counts.insert(name.into(), now);
+                    }
+                }
+            } else {
+                counts.remove(name);
+            }
+            if let Some(&slot) = self.clusters.get(name)
+                && let Some(info) = self.slot_mut(slot)
             {
                 info.decisions = now;
             }
@@ -478,19 +549,13 @@ impl Snapshot {
     }
 
     fn invalidate_membership(&mut self) {
-        if let Ok(m) = self.membership.get_mut() {
-            m.clear();
-        }
-        if let Ok(t) = self.topologies.get_mut() {
-            t.clear();
-        }
+        self.membership = Cache::default();
+        self.topologies = Cache::default();
         self.invalidate_columns();
     }
 
     fn invalidate_columns(&mut self) {
-        if let Ok(c) = self.columns.get_mut() {
-            c.clear();
-        }
+        self.columns = Cache::default();
     }
 
     /// Drops every derived cache (benchmarks use it to measure a cold pass).
@@ -571,7 +636,7 @@ impl Snapshot {
 
     /// The cluster in a slot (see [`ClusterInfo::slot`]).
     pub fn slot(&self, slot: usize) -> Option<&ClusterInfo> {
-        self.slots.get(slot).and_then(Option::as_ref)
+        self.slots.get(slot).and_then(Option::as_deref)
     }
 
     /// The number of slots: every [`ClusterInfo::slot`] is below it.
@@ -637,7 +702,7 @@ impl Snapshot {
     pub fn score_keys(&self) -> Vec<(String, String)> {
         self.scores
             .iter()
-            .flat_map(|(ns, names)| names.keys().map(move |n| (ns.clone(), n.clone())))
+            .flat_map(|(ns, names)| names.keys().map(move |n| (ns.to_string(), n.clone())))
             .collect()
     }
 
@@ -660,11 +725,11 @@ impl Snapshot {
             ),
             (
                 "AddOnPlacementScore",
-                self.scores.values().map(BTreeMap::len).sum(),
+                self.scores.values().map(|s| s.len()).sum(),
             ),
             (
                 "PlacementDecision",
-                self.decisions.values().map(BTreeMap::len).sum(),
+                self.decisions.values().map(|d| d.len()).sum(),
             ),
         ]
     }
