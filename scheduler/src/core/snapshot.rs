@@ -212,6 +212,12 @@ pub enum SetMembers {
 /// it derives from (that clone then starts an empty one).
 type Cache<K, V> = Arc<Mutex<HashMap<K, V>>>;
 
+/// `(namespace, name)`.
+type NsName = (String, String);
+
+/// One namespace's objects by name (shared until changed).
+type ByName<T> = Arc<BTreeMap<String, T>>;
+
 /// Every object the scheduler reads.
 ///
 /// Every index is behind an `Arc` (copied on the first change after a clone) and keyed by
@@ -230,14 +236,14 @@ pub struct Snapshot {
     /// namespace -> binding names
     bindings: Arc<BTreeMap<String, BTreeSet<String>>>,
     /// cluster namespace -> score name -> score
-    scores: Arc<HashMap<Name, Arc<BTreeMap<String, Arc<AddOnPlacementScore>>>>>,
+    scores: Arc<HashMap<Name, ByName<Arc<AddOnPlacementScore>>>>,
     /// cluster namespace -> score name -> when the controller observed its current version
-    score_observed: Arc<HashMap<Name, Arc<BTreeMap<String, Timestamp>>>>,
+    score_observed: Arc<HashMap<Name, ByName<Timestamp>>>,
     max_score_validity: MaxScoreValidity,
     /// namespace -> name -> decision
-    decisions: Arc<BTreeMap<String, Arc<BTreeMap<String, Arc<PlacementDecision>>>>>,
+    decisions: Arc<BTreeMap<String, ByName<Arc<PlacementDecision>>>>,
     /// (namespace, placement label) -> decision names
-    decisions_by_placement: Arc<HashMap<Arc<(String, String)>, Arc<BTreeSet<String>>>>,
+    decisions_by_placement: Arc<HashMap<Arc<NsName>, Arc<BTreeSet<String>>>>,
     /// cluster name -> number of decision entries naming it, across all namespaces (Balance)
     decision_counts: Arc<HashMap<Name, u32>>,
     /// count -> number of cluster names with that count (for the maximum, excluding one placement)
