@@ -1031,7 +1031,7 @@ mod cow {
                 return;
             }
             let chunks = Arc::make_mut(&mut self.chunks);
-            if self.len % CHUNK == 0 {
+            if self.len.is_multiple_of(CHUNK) {
                 chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
             }
             if let Some(last) = chunks.last_mut() {
