@@ -10,8 +10,11 @@
 //! cargo run --release -p placement-scheduler --example scale -- --scenario reaction
 //! # the same, then the score updates again while a hostile Placement is being scheduled (a
 //! # celSelector spending the whole per-cluster CEL budget on each of the 10,000 clusters,
-//! # re-triggered so that it stays busy): the normal placements' p50/p99 beside the unloaded ones
-//! cargo run --release -p placement-scheduler --example scale -- --scenario reaction --hostile --clusters 10000 --placements 200
+//! # re-triggered so that it stays busy): the normal placements' p50/p99 beside the unloaded ones.
+//! # A run this size outlasts the default 10-minute score validity bound (scores written at
+//! # setup would expire mid-run and move decisions on their own): turn it off.
+//! cargo run --release -p placement-scheduler --example scale -- --scenario reaction --hostile \
+//!     --clusters 10000 --placements 200 --controller-arg=--max-score-validity=0s
 //! # everything: 100x1, 1,000x1,000, 10,000x1,000 and reaction, each on a fresh control plane
 //! cargo run --release -p placement-scheduler --example scale -- --scenario all --out scale.md
 //! ```
