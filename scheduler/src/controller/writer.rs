@@ -74,7 +74,7 @@ fn transient(e: &kube::Error) -> bool {
 pub struct Versions(BTreeMap<String, (String, String)>);
 
 impl Versions {
-    /// The versions of the decisions `outcome` writes, as `state` has them.
+    /// The versions of the decisions `outcome` writes, as `snapshot` has them.
     pub fn of(snapshot: &crate::core::Snapshot, outcome: &Outcome) -> Self {
         let mut out = BTreeMap::new();
         for pw in &outcome.writes {
