@@ -8,6 +8,13 @@
 //! cargo run --release -p placement-scheduler --example scale -- --scenario throughput --placements 1000 --clusters 1000
 //! # reaction latency: 1,000 clusters x 100 placements, 100 score updates and 100 taints
 //! cargo run --release -p placement-scheduler --example scale -- --scenario reaction
+//! # the same, then the score updates again while a hostile Placement is being scheduled (a
+//! # celSelector spending the whole per-cluster CEL budget on each of the 10,000 clusters,
+//! # re-triggered so that it stays busy): the normal placements' p50/p99 beside the unloaded ones.
+//! # A run this size outlasts the default 10-minute score validity bound (scores written at
+//! # setup would expire mid-run and move decisions on their own): turn it off.
+//! cargo run --release -p placement-scheduler --example scale -- --scenario reaction --hostile \
+//!     --clusters 10000 --placements 200 --controller-arg=--max-score-validity=0s
 //! # everything: 100x1, 1,000x1,000, 10,000x1,000 and reaction, each on a fresh control plane
 //! cargo run --release -p placement-scheduler --example scale -- --scenario all --out scale.md
 //! ```
@@ -92,6 +99,10 @@ struct Args {
     /// Stop waiting for "settled" after this long (from when all were decided).
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     settle_timeout: Duration,
+    /// Reaction: after the unloaded measurements, measure the score updates again while a
+    /// hostile Placement (see `hostile_placement`) is being scheduled.
+    #[arg(long)]
+    hostile: bool,
     /// Reaction: how long one change may take before it counts as timed out.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     change_timeout: Duration,
@@ -1618,6 +1629,8 @@ struct ReactionResult {
     initial: Option<Duration>,
     score: Latencies,
     taint: Latencies,
+    /// The score updates again with the hostile Placement being scheduled (`--hostile`).
+    hostile: Option<Latencies>,
     changes: Window,
     peak_rss: u64,
     debounce: String,
@@ -1727,52 +1740,23 @@ async fn reaction(env: &Env<'_>, clusters: usize, placements: usize) -> Result<R
     tokio::time::sleep(Duration::from_secs(2)).await;
     let p0 = Point::take(&hub, &ctl).await?;
 
-    let scores_api = |c: &str| Api::<AddOnPlacementScore>::namespaced(hub.client.clone(), c);
     let mut score_lat = Latencies::default();
     for k in 0..args.changes {
         ctl.check_alive()?;
         let g = k % placements;
-        let current = best(&scores[g], &tainted[g]).ok_or("no candidate left")?;
-        let target = (1..group)
-            .map(|d| (current + d) % group)
-            .find(|j| !tainted[g][*j])
-            .ok_or("no other candidate")?;
-        let top = (0..group)
-            .filter(|j| !tainted[g][*j])
-            .map(|j| scores[g][j])
-            .max()
-            .unwrap_or(0);
-        let value = top + 1;
-        if value > 100 {
-            return Err("reaction: scores would exceed 100; use fewer changes".into());
-        }
-        scores[g][target] = value;
-        let cluster = member(g, target);
-        let body = json!({"status": {"scores": [{"name": "demo", "value": value}], "validUntil": valid_until}});
-        let api = scores_api(&cluster);
-        let sent = Instant::now();
-        let (pp, patch) = (PatchParams::default(), Patch::Merge(&body));
-        retry(|| api.patch_status("demo", &pp, &patch)).await?;
-        hub.count("PATCH", "addonplacementscores/status", 1.0);
-        score_lat.write.push(sent.elapsed());
-        match watch
-            .wait_for(
-                &placement_name(g),
-                &want_one(cluster.clone()),
-                sent + args.change_timeout,
-            )
-            .await
-        {
-            Some(at) => score_lat.samples.push(at.saturating_duration_since(sent)),
-            None => {
-                score_lat.timeouts += 1;
-                eprintln!(
-                    "[{name}] score update {k}: {} did not move to {cluster} within {:?}",
-                    placement_name(g),
-                    args.change_timeout
-                );
-            }
-        }
+        let (g_scores, g_tainted) = (&mut scores[g], &tainted[g]);
+        score_update(
+            &hub,
+            &mut watch,
+            args,
+            &valid_until,
+            g,
+            group,
+            g_scores,
+            g_tainted,
+        )
+        .await?
+        .record(&mut score_lat, &format!("[{name}] score update {k}"));
         if (k + 1) % 25 == 0 {
             eprintln!("[{name}] {} score updates measured", k + 1);
         }
@@ -1824,6 +1808,44 @@ async fn reaction(env: &Env<'_>, clusters: usize, placements: usize) -> Result<R
     let p1 = Point::take(&hub, &ctl).await?;
     let changes = Window::between(&p0, &p1);
     let peak_rss = procfs::status_bytes(ctl.pid, "VmHWM");
+
+    // Last, so that the unloaded rows above are not disturbed by a pass still running.
+    let hostile = if args.hostile {
+        let busy = HostilePlacement::start(&hub).await?;
+        eprintln!(
+            "[{name}] hostile placement created; {} score updates follow while it is scheduled",
+            args.changes
+        );
+        let mut lat = Latencies::default();
+        for k in 0..args.changes {
+            ctl.check_alive()?;
+            let g = k % placements;
+            let (g_scores, g_tainted) = (&mut scores[g], &tainted[g]);
+            score_update(
+                &hub,
+                &mut watch,
+                args,
+                &valid_until,
+                g,
+                group,
+                g_scores,
+                g_tainted,
+            )
+            .await?
+            .record(&mut lat, &format!("[{name}] score update {k} (hostile)"));
+            if (k + 1) % 25 == 0 {
+                eprintln!("[{name}] {} score updates measured (hostile)", k + 1);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!(
+            "[{name}] the hostile placement was re-triggered {} times",
+            busy.stop().await
+        );
+        Some(lat)
+    } else {
+        None
+    };
     drop(watch);
     drop(ctl);
     let control_plane_start = hub.started_in;
@@ -1837,6 +1859,7 @@ async fn reaction(env: &Env<'_>, clusters: usize, placements: usize) -> Result<R
         initial,
         score: score_lat,
         taint: taint_lat,
+        hostile,
         changes,
         peak_rss,
         debounce: args.event_debounce.clone(),
@@ -1865,7 +1888,31 @@ impl ReactionResult {
         let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         let _ = writeln!(s, "{}", self.score.row("AddOnPlacementScore update"));
         let _ = writeln!(s, "{}", self.taint.row("NoSelect taint"));
+        if let Some(h) = &self.hostile {
+            let _ = writeln!(
+                s,
+                "{}",
+                h.row("AddOnPlacementScore update, hostile Placement being scheduled")
+            );
+        }
         let _ = writeln!(s);
+        if let Some(h) = &self.hostile {
+            let p99 = |l: &Latencies| {
+                let mut v = l.samples.clone();
+                v.sort();
+                percentile(&v, 99.0)
+            };
+            let (base, loaded) = (p99(&self.score), p99(h));
+            let _ = writeln!(
+                s,
+                "Hostile Placement: one more Placement whose celSelector spends the whole per-expression CEL budget on every one of the {} clusters, re-triggered every {} so that a pass of it is always running or queued. Score-update p99 {} unloaded, {} with it ({:.2}×; the target is at most 2×).\n",
+                num(self.clusters as f64),
+                ms(HOSTILE_RETRIGGER),
+                ms(base),
+                ms(loaded),
+                loaded.as_secs_f64() / base.as_secs_f64().max(1e-9),
+            );
+        }
         let c = &self.changes;
         let _ = writeln!(
             s,
@@ -1891,6 +1938,143 @@ impl ReactionResult {
             secs(self.total),
         );
         s
+    }
+}
+
+/// What one measured change came to.
+enum Measured {
+    /// Send -> seen by the watch, and the change's own API call.
+    Moved(Duration, Duration),
+    /// Not seen within `--change-timeout`; what was expected.
+    TimedOut(Duration, String),
+}
+
+impl Measured {
+    fn record(self, into: &mut Latencies, what: &str) {
+        match self {
+            Measured::Moved(lat, write) => {
+                into.samples.push(lat);
+                into.write.push(write);
+            }
+            Measured::TimedOut(write, expected) => {
+                into.write.push(write);
+                into.timeouts += 1;
+                eprintln!("{what}: {expected}");
+            }
+        }
+    }
+}
+
+/// One score update in group `g` that makes another cluster of the group its best, measured
+/// until the watch shows the placement's decision moved there.
+#[allow(clippy::too_many_arguments)]
+async fn score_update(
+    hub: &Hub,
+    watch: &mut DecisionWatch,
+    args: &Args,
+    valid_until: &str,
+    g: usize,
+    group: usize,
+    scores: &mut [i64],
+    tainted: &[bool],
+) -> Result<Measured> {
+    let best = (0..group)
+        .filter(|j| !tainted[*j])
+        .max_by(|a, b| scores[*a].cmp(&scores[*b]).then(b.cmp(a)))
+        .ok_or("no candidate left")?;
+    let target = (1..group)
+        .map(|d| (best + d) % group)
+        .find(|j| !tainted[*j])
+        .ok_or("no other candidate")?;
+    let value = scores[best] + 1;
+    if value > 100 {
+        return Err("reaction: scores would exceed 100; use fewer changes".into());
+    }
+    scores[target] = value;
+    let cluster = cluster_name(g * group + target);
+    let body = json!({"status": {"scores": [{"name": "demo", "value": value}], "validUntil": valid_until}});
+    let api = Api::<AddOnPlacementScore>::namespaced(hub.client.clone(), &cluster);
+    let sent = Instant::now();
+    let (pp, patch) = (PatchParams::default(), Patch::Merge(&body));
+    retry(|| api.patch_status("demo", &pp, &patch)).await?;
+    hub.count("PATCH", "addonplacementscores/status", 1.0);
+    let write = sent.elapsed();
+    let want = BTreeSet::from([cluster.clone()]);
+    Ok(
+        match watch
+            .wait_for(&placement_name(g), &want, sent + args.change_timeout)
+            .await
+        {
+            Some(at) => Measured::Moved(at.saturating_duration_since(sent), write),
+            None => Measured::TimedOut(
+                write,
+                format!(
+                    "{} did not move to {cluster} within {:?}",
+                    placement_name(g),
+                    args.change_timeout
+                ),
+            ),
+        },
+    )
+}
+
+/// How often the hostile placement is touched (an annotation) so that it is scheduled again.
+const HOSTILE_RETRIGGER: Duration = Duration::from_millis(500);
+
+/// A `celSelector` expression that spends the whole per-expression CEL budget on every
+/// cluster: nested comprehensions of 10^7 iterations, stopped by the budget (false).
+fn hostile_cel_expression() -> String {
+    let mut e = "true".to_owned();
+    for v in ["a", "b", "c", "d", "e", "f", "g"] {
+        e = format!("[0, 1, 2, 3, 4, 5, 6, 7, 8, 9].all({v}, {e})");
+    }
+    e
+}
+
+/// One hostile Placement over every cluster of the hub, kept busy: an annotation bump every
+/// [`HOSTILE_RETRIGGER`] reschedules it (a pass already running finishes first; the queue
+/// holds at most one more).
+struct HostilePlacement {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl HostilePlacement {
+    const NAME: &'static str = "hostile";
+
+    async fn start(hub: &Hub) -> Result<HostilePlacement> {
+        let api: Api<Placement> = Api::namespaced(hub.client.clone(), &hub.ns);
+        let p: Placement = serde_json::from_value(json!({
+            "metadata": {"name": Self::NAME, "namespace": hub.ns},
+            "spec": {"predicates": [{"requiredClusterSelector": {"celSelector": {
+                "celExpressions": [hostile_cel_expression()]}}}]},
+        }))?;
+        let post = PostParams::default();
+        retry(|| api.create(&post, &p)).await?;
+        hub.count("POST", "placements", 1.0);
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut n = 0u64;
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return n,
+                    _ = tokio::time::sleep(HOSTILE_RETRIGGER) => {}
+                }
+                let body = json!({"metadata": {"annotations": {"scale.ocm-placement.io/poke": n.to_string()}}});
+                let (pp, patch) = (PatchParams::default(), Patch::Merge(&body));
+                if let Err(e) = api.patch(Self::NAME, &pp, &patch).await {
+                    eprintln!("hostile placement: poke failed: {e}");
+                }
+                n += 1;
+            }
+        });
+        Ok(HostilePlacement { stop, task })
+    }
+
+    /// Stops re-triggering; returns how many times it did.
+    async fn stop(self) -> u64 {
+        let _ = self.stop.send(());
+        self.task.await.unwrap_or_default()
     }
 }
 

@@ -137,7 +137,13 @@ fn main() -> ExitCode {
             .enable_all()
             .build()
             .map_err(Into::into)
-            .and_then(|rt| rt.block_on(controller_cmd(*args))),
+            .and_then(|rt| {
+                let result = rt.block_on(controller_cmd(*args));
+                // A scheduling pass still running on the blocking pool must not hold up the
+                // exit (dropping the runtime would wait for it).
+                rt.shutdown_background();
+                result
+            }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

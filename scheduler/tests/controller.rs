@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::*;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -1103,4 +1105,90 @@ async fn deleted_placements_leave_no_backoff_behind() {
         "queue churn: {PLACEMENTS} placements created in {created:?}, all in backoff after {failed:?}; queue_failures start {} peak {peak}; (failures, requeues) at the end {end:?}",
         start.0
     );
+}
+
+/// A `celSelector` expression that spends the whole per-expression CEL budget on every cluster
+/// (nested comprehensions of 10^7 iterations, stopped by the budget): the most a tenant can
+/// make one cluster cost.
+fn hostile_cel_expression() -> String {
+    let mut e = "true".to_owned();
+    for v in ["a", "b", "c", "d", "e", "f", "g"] {
+        e = format!("[0, 1, 2, 3, 4, 5, 6, 7, 8, 9].all({v}, {e})");
+    }
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_placement_does_not_stall_the_others() {
+    // Issue 16 item 1. A Placement whose celSelector is as expensive as the per-cluster budget
+    // allows, over many clusters, takes a long pass. Before, the pass held the state's read
+    // lock: the watches waited for the write lock (and the runtime threads with them), so no
+    // other placement saw a change until it ended. Now passes run from a snapshot, on the
+    // blocking pool: a normal placement keeps following its clusters meanwhile.
+    const HOSTILE_CLUSTERS: usize = 12;
+    // Generous for one reschedule (debounce and a few writes); far below the hostile pass.
+    const REACTION: Duration = Duration::from_secs(8);
+    let hub = Hub::new("pl-hostile").await;
+    // The normal placement's clusters are in a set of their own, so that flipping them does
+    // not reschedule the hostile placement.
+    let normal_set = format!("{}-normal", hub.ns);
+    hub.create_set(
+        &normal_set,
+        json!({"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}),
+    )
+    .await;
+    hub.bind(&normal_set).await;
+    let in_normal = |pick: &str| json!({"cluster.open-cluster-management.io/clusterset": normal_set, "pick": pick});
+    let a = hub.cluster("a", in_normal("yes"), json!(null)).await;
+    let b = hub.cluster("b", in_normal("no"), json!(null)).await;
+    hub.placement("normal", json!({"numberOfClusters": 1, "clusterSets": [normal_set],
+        "predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"pick": "yes"}}}}]}))
+        .await;
+    hub.expect("normal", &["a"]).await;
+
+    let hostile: Vec<String> = (0..HOSTILE_CLUSTERS).map(|i| format!("h{i}")).collect();
+    let hostile: Vec<&str> = hostile.iter().map(String::as_str).collect();
+    hub.clusters(&hostile, json!({})).await;
+    hub.placement("hostile", json!({"clusterSets": [hub.set],
+        "predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": [hostile_cel_expression()]}}}]}))
+        .await;
+
+    // Flip the normal placement's choice back and forth for a while after the hostile one
+    // arrived (its pass starts within the debounce): each flip must be followed promptly.
+    let started = Instant::now();
+    let mut flips = 0;
+    let mut latencies = Vec::new();
+    while started.elapsed() < Duration::from_secs(4) || flips < 4 {
+        let (to, from, want) = if flips % 2 == 0 {
+            (&b, &a, "b")
+        } else {
+            (&a, &b, "a")
+        };
+        let t = Instant::now();
+        hub.patch_cluster(to, json!({"metadata": {"labels": {"pick": "yes"}}}))
+            .await;
+        hub.patch_cluster(from, json!({"metadata": {"labels": {"pick": "no"}}}))
+            .await;
+        testenv::eventually(
+            &format!(
+                "flip {flips}: normal to choose {want} while the hostile placement is scheduled"
+            ),
+            REACTION,
+            || async { (hub.chosen("normal").await == [want]).then_some(()) },
+        )
+        .await;
+        let took = t.elapsed();
+        assert!(
+            took < REACTION,
+            "flip {flips} took {took:?}: the hostile placement stalled the others"
+        );
+        latencies.push(took);
+        flips += 1;
+    }
+    eprintln!("flip latencies with a hostile placement: {latencies:?}");
+    // The hostile placement is still the tenant's to delete; its pass ends on its own.
+    let api: Api<ocm_api::Placement> = Api::namespaced(hub.client.clone(), &hub.ns);
+    api.delete("hostile", &DeleteParams::default())
+        .await
+        .unwrap();
 }

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! watches -> State (Snapshot + Placements + Index) -> affected keys -> Queue
-//! workers: Queue -> core::schedule (read lock) -> Writer (ordered writes, events, status)
+//! workers: Queue -> core::schedule (from an Arc<Snapshot>, on the blocking pool, no lock)
+//!          -> Writer (ordered writes, events, status)
 //! ```
 //!
 //! Only the leader's workers write; every replica keeps its stores warm. Each write is
@@ -131,8 +132,9 @@ impl crate::debug::DebugSource for Handle {
     }
 
     fn schedule(&self, placement: &Placement) -> core::Outcome {
-        let st = self.state.read();
-        core::schedule(&st.snapshot, placement, now_seconds())
+        // Not under the lock: a long pass must not hold up the watches.
+        let snapshot = self.state.read().snapshot.share();
+        core::schedule(&snapshot, placement, now_seconds())
     }
 }
 
@@ -480,6 +482,33 @@ struct Stopwatch<'a> {
     metrics: &'a Metrics,
 }
 
+/// One scheduling pass, from a snapshot taken without holding the lock during the pass. It is
+/// CPU-bound and may be long (an expensive `celSelector` over many clusters), so it runs on
+/// the blocking pool: the runtime's threads stay free for the watches, the lease and HTTP.
+/// At most `Options::workers` passes run at once (each worker awaits its own).
+async fn schedule_pass(
+    metrics: Arc<Metrics>,
+    snapshot: Arc<core::Snapshot>,
+    placement: Arc<Placement>,
+    now: Timestamp,
+) -> Result<(core::Outcome, writer::Versions), tokio::task::JoinError> {
+    tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let mut laps = Stopwatch {
+            last: started,
+            metrics: &metrics,
+        };
+        let outcome = core::schedule_with(&snapshot, &placement, now, &mut laps);
+        metrics
+            .scheduling_duration
+            .observe(started.elapsed().as_secs_f64());
+        // The writes are preconditioned on what this outcome was computed from.
+        let versions = writer::Versions::of(&snapshot, &outcome);
+        (outcome, versions)
+    })
+    .await
+}
+
 impl Laps for Stopwatch<'_> {
     fn lap(&mut self, step_type: &'static str, step: &str) {
         let now = std::time::Instant::now();
@@ -522,31 +551,31 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         return;
     }
     let now = now_seconds();
-    let scheduled = {
+    let taken = {
         let st = ctx.handle.state.read();
-        let Some(p) = st.placements.get(key).cloned() else {
-            // Deleted while its requeue or backoff was pending.
-            ctx.queue.remove(key);
-            return;
-        };
-        if p.metadata.deletion_timestamp.is_some() || core::is_disabled(&p) {
+        st.placements
+            .get(key)
+            .cloned()
+            .map(|p| (p, st.snapshot.share()))
+    };
+    let Some((placement, snapshot)) = taken else {
+        // Deleted while its requeue or backoff was pending.
+        ctx.queue.remove(key);
+        return;
+    };
+    if placement.metadata.deletion_timestamp.is_some() || core::is_disabled(&placement) {
+        return;
+    }
+    let scheduled = schedule_pass(ctx.handle.metrics.clone(), snapshot, placement.clone(), now);
+    let (outcome, versions) = match scheduled.await {
+        Ok(done) => done,
+        Err(e) => {
+            // A panic in the core: this placement only, retried with backoff.
+            tracing::error!(namespace = key.0, name = key.1, error = %e, "scheduling failed");
+            ctx.queue.add_rate_limited(key.clone());
             return;
         }
-        let started = std::time::Instant::now();
-        let mut laps = Stopwatch {
-            last: started,
-            metrics: &ctx.handle.metrics,
-        };
-        let outcome = core::schedule_with(&st.snapshot, &p, now, &mut laps);
-        ctx.handle
-            .metrics
-            .scheduling_duration
-            .observe(started.elapsed().as_secs_f64());
-        // The writes are preconditioned on what this outcome was computed from.
-        let versions = writer::Versions::of(&st, &outcome);
-        (p, outcome, versions)
     };
-    let (placement, outcome, versions) = scheduled;
     let result = match outcome.status.code {
         Code::Success => "success",
         Code::Warning => "warning",

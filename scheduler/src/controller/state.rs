@@ -1,7 +1,12 @@
 //! The controller's in-memory view of the hub: the scheduling snapshot, the Placements, and
 //! the index of what each Placement reads. Watches write it; workers read it.
+//!
+//! Workers never schedule under the lock: they take the current snapshot (an `Arc`) and
+//! release the lock; a watch that changes the snapshot while a pass still holds it changes a
+//! copy (see [`CowSnapshot`]), which the next pass takes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ocm_api::{
@@ -13,9 +18,36 @@ use super::triggers::{Index, Key, key_of};
 use crate::core::snapshot::decision_entries;
 use crate::core::{CappedScore, Snapshot};
 
+/// The controller's snapshot, copy on write: reading goes through `Deref`; changing it
+/// (`DerefMut`) first copies it if a pass still holds the current one ([`CowSnapshot::share`]).
+/// The copy is cheap (see [`Snapshot`]) and happens once per pass that overlaps changes.
+#[derive(Default)]
+pub struct CowSnapshot(Arc<Snapshot>);
+
+impl CowSnapshot {
+    /// The current snapshot, to schedule from after the lock is released.
+    pub fn share(&self) -> Arc<Snapshot> {
+        self.0.clone()
+    }
+}
+
+impl Deref for CowSnapshot {
+    type Target = Snapshot;
+
+    fn deref(&self) -> &Snapshot {
+        &self.0
+    }
+}
+
+impl DerefMut for CowSnapshot {
+    fn deref_mut(&mut self) -> &mut Snapshot {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
 #[derive(Default)]
 pub struct State {
-    pub snapshot: Snapshot,
+    pub snapshot: CowSnapshot,
     pub placements: BTreeMap<Key, Arc<Placement>>,
     pub index: Index,
     /// Some placement's decisions moved, so the placements using Balance have new input:

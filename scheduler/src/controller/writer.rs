@@ -69,17 +69,17 @@ fn transient(e: &kube::Error) -> bool {
 }
 
 /// The `resourceVersion` and `uid` of the PlacementDecisions an outcome was computed from, by
-/// name; our own writes update it. Taken under the same read lock as the schedule.
+/// name; our own writes update it. Taken from the same snapshot as the schedule.
 #[derive(Clone, Debug, Default)]
 pub struct Versions(BTreeMap<String, (String, String)>);
 
 impl Versions {
-    /// The versions of the decisions `outcome` writes, as `state` has them.
-    pub fn of(state: &super::state::State, outcome: &Outcome) -> Self {
+    /// The versions of the decisions `outcome` writes, as `snapshot` has them.
+    pub fn of(snapshot: &crate::core::Snapshot, outcome: &Outcome) -> Self {
         let mut out = BTreeMap::new();
         for pw in &outcome.writes {
             let name = pw.write.decision_name();
-            if let Some(d) = state.snapshot.decision(&outcome.namespace, name)
+            if let Some(d) = snapshot.decision(&outcome.namespace, name)
                 && let (Some(rv), Some(uid)) = (&d.metadata.resource_version, &d.metadata.uid)
             {
                 out.insert(name.to_owned(), (rv.clone(), uid.clone()));

@@ -5,6 +5,11 @@
 //! what makes one pass over thousands of placements cheap: clusters by exclusive clusterset
 //! label, decisions by owning placement, decision counts per cluster (Balance) and each
 //! cluster's scores beside the cluster.
+//!
+//! A `Snapshot` is cheap to clone: each index sits behind an `Arc` and is copied only when a
+//! clone changes it (`Arc::make_mut`), clusters are shared `Arc<ClusterInfo>`s, and the lazily
+//! computed caches are shared until a change invalidates them. The controller schedules from
+//! an `Arc<Snapshot>` while its watches change a copy, so no lock is held during a pass.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -20,6 +25,7 @@ use ocm_api::{
 };
 
 use super::cel::{CelCluster, ScoreSource};
+use cow::{Chunked, ShardedMap};
 
 /// A cluster's name, shared between the snapshot and outcomes without copying.
 pub type Name = Arc<str>;
@@ -27,6 +33,7 @@ pub type Name = Arc<str>;
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 /// One ManagedCluster with what the scheduler derives from it, computed once.
+#[derive(Clone)]
 pub struct ClusterInfo {
     pub name: Name,
     pub object: Arc<ManagedCluster>,
@@ -44,7 +51,8 @@ pub struct ClusterInfo {
     /// This cluster's AddOnPlacementScores (a mirror of the snapshot's score index), with
     /// their names interned so that the AddOn prioritizer compares integers.
     scores: Vec<ScoreEntry>,
-    cel: OnceLock<CelCluster>,
+    /// Shared by the copies of this info (they hold the same object).
+    cel: Arc<OnceLock<CelCluster>>,
 }
 
 impl ClusterInfo {
@@ -74,7 +82,7 @@ impl ClusterInfo {
             name,
             claims,
             scores: Vec::new(),
-            cel: OnceLock::new(),
+            cel: Arc::default(),
             object,
         }
     }
@@ -116,6 +124,7 @@ impl ClusterInfo {
 }
 
 /// One AddOnPlacementScore of a cluster, pre-digested.
+#[derive(Clone)]
 pub struct ScoreEntry {
     pub object: Arc<AddOnPlacementScore>,
     /// Interned `metadata.name` (see [`Snapshot::name_id`]).
@@ -200,40 +209,54 @@ pub enum SetMembers {
     Invalid(String),
 }
 
+/// A lazily filled cache, shared by the clones of a snapshot until one of them changes what
+/// it derives from (that clone then starts an empty one).
+type Cache<K, V> = Arc<Mutex<HashMap<K, V>>>;
+
+/// `(namespace, name)`.
+type NsName = (String, String);
+
+/// One namespace's objects by name (shared until changed).
+type ByName<T> = Arc<BTreeMap<String, T>>;
+
 /// Every object the scheduler reads.
-#[derive(Default)]
+///
+/// Every index is behind an `Arc` (copied on the first change after a clone); those with an
+/// entry per cluster, score or placement are sharded or chunked (see [`cow`]), so that the copy
+/// a change after a clone makes is a small part of the index.
+#[derive(Clone, Default)]
 pub struct Snapshot {
     /// Clusters in a slab: slots are stable, so indexes and per-pass arrays use them.
-    slots: Vec<Option<ClusterInfo>>,
-    free: Vec<usize>,
+    slots: Chunked<Arc<ClusterInfo>>,
+    free: Arc<Vec<usize>>,
     /// name -> slot, in name order
-    clusters: BTreeMap<Name, usize>,
+    clusters: Arc<BTreeMap<Name, usize>>,
     /// exclusive clusterset label value -> members (name -> slot)
-    by_set_label: HashMap<String, BTreeMap<Name, usize>>,
-    sets: BTreeMap<String, Arc<ManagedClusterSet>>,
+    by_set_label: Arc<HashMap<String, Arc<BTreeMap<Name, usize>>>>,
+    sets: Arc<BTreeMap<String, Arc<ManagedClusterSet>>>,
     /// namespace -> binding names
-    bindings: BTreeMap<String, BTreeSet<String>>,
+    bindings: Arc<BTreeMap<String, BTreeSet<String>>>,
     /// cluster namespace -> score name -> score
-    scores: HashMap<String, BTreeMap<String, Arc<AddOnPlacementScore>>>,
+    scores: ShardedMap<Name, ByName<Arc<AddOnPlacementScore>>>,
     /// cluster namespace -> score name -> when the controller observed its current version
-    score_observed: HashMap<String, BTreeMap<String, Timestamp>>,
+    score_observed: ShardedMap<Name, ByName<Timestamp>>,
     max_score_validity: MaxScoreValidity,
     /// namespace -> name -> decision
-    decisions: BTreeMap<String, BTreeMap<String, Arc<PlacementDecision>>>,
+    decisions: ShardedMap<String, ByName<Arc<PlacementDecision>>>,
     /// (namespace, placement label) -> decision names
-    decisions_by_placement: HashMap<(String, String), BTreeSet<String>>,
+    decisions_by_placement: ShardedMap<Arc<NsName>, Arc<BTreeSet<String>>>,
     /// cluster name -> number of decision entries naming it, across all namespaces (Balance)
-    decision_counts: HashMap<String, u32>,
+    decision_counts: ShardedMap<Name, u32>,
     /// count -> number of cluster names with that count (for the maximum, excluding one placement)
-    count_histogram: BTreeMap<u32, u32>,
+    count_histogram: Arc<BTreeMap<u32, u32>>,
     /// Interned score and score-item names.
-    names: HashMap<String, u32>,
-    /// Membership of sets, computed on first use, cleared when clusters or sets change.
-    membership: Mutex<HashMap<String, SetMembers>>,
-    /// Topology keys, computed on first use, cleared when clusters change.
-    topologies: Mutex<HashMap<(String, bool), Arc<Topology>>>,
-    /// Score items, computed on first use, cleared when clusters or scores change.
-    columns: Mutex<HashMap<(String, String), Arc<ScoreColumn>>>,
+    names: Arc<HashMap<String, u32>>,
+    /// Membership of sets, computed on first use, dropped when clusters or sets change.
+    membership: Cache<String, SetMembers>,
+    /// Topology keys, computed on first use, dropped when clusters change.
+    topologies: Cache<(String, bool), Arc<Topology>>,
+    /// Score items, computed on first use, dropped when clusters or scores change.
+    columns: Cache<(String, String), Arc<ScoreColumn>>,
 }
 
 impl Snapshot {
@@ -243,60 +266,100 @@ impl Snapshot {
 
     pub fn upsert_cluster(&mut self, cluster: Arc<ManagedCluster>) {
         let mut info = ClusterInfo::new(cluster);
-        self.remove_cluster(&info.name);
         info.scores = self.score_entries(&info.name);
         info.decisions = self.decision_counts.get(&*info.name).copied().unwrap_or(0);
-        let slot = self.free.pop().unwrap_or(self.slots.len());
-        info.slot = slot;
-        if let Some(set) = info.labels().get(label::CLUSTERSET) {
-            self.by_set_label
-                .entry(set.clone())
-                .or_default()
-                .insert(info.name.clone(), slot);
+        let set = info.labels().get(label::CLUSTERSET).cloned();
+        if let Some(&slot) = self.clusters.get(&info.name) {
+            // An update keeps its slot and name: only the clusterset index may change.
+            let old_set = self
+                .slot(slot)
+                .and_then(|o| o.labels().get(label::CLUSTERSET).cloned());
+            if old_set != set {
+                self.unindex_set_label(old_set.as_deref(), &info.name);
+                self.index_set_label(set, &info.name, slot);
+            }
+            info.slot = slot;
+            self.slots.set(slot, Some(Arc::new(info)));
+            self.invalidate_membership();
+            return;
         }
-        self.clusters.insert(info.name.clone(), slot);
-        if slot == self.slots.len() {
-            self.slots.push(Some(info));
-        } else {
-            self.slots[slot] = Some(info);
+        let slot = Arc::make_mut(&mut self.free)
+            .pop()
+            .unwrap_or(self.slots.len());
+        info.slot = slot;
+        self.index_set_label(set, &info.name, slot);
+        Arc::make_mut(&mut self.clusters).insert(info.name.clone(), slot);
+        self.slots.set(slot, Some(Arc::new(info)));
+        self.invalidate_membership();
+    }
+
+    fn index_set_label(&mut self, set: Option<String>, name: &Name, slot: usize) {
+        if let Some(set) = set {
+            let members = Arc::make_mut(&mut self.by_set_label)
+                .entry(set)
+                .or_default();
+            Arc::make_mut(members).insert(name.clone(), slot);
+        }
+    }
+
+    fn unindex_set_label(&mut self, set: Option<&str>, name: &str) {
+        if let Some(set) = set
+            && self.by_set_label.contains_key(set)
+            && let Some(members) = Arc::make_mut(&mut self.by_set_label).get_mut(set)
+        {
+            Arc::make_mut(members).remove(name);
+        }
+    }
+
+    pub fn remove_cluster(&mut self, name: &str) {
+        if !self.clusters.contains_key(name) {
+            return;
+        }
+        let Some(slot) = Arc::make_mut(&mut self.clusters).remove(name) else {
+            return;
+        };
+        if let Some(old) = self.slots.take(slot) {
+            self.unindex_set_label(
+                old.labels().get(label::CLUSTERSET).map(String::as_str),
+                name,
+            );
+            Arc::make_mut(&mut self.free).push(slot);
         }
         self.invalidate_membership();
     }
 
-    pub fn remove_cluster(&mut self, name: &str) {
-        let Some(slot) = self.clusters.remove(name) else {
-            return;
-        };
-        if let Some(old) = self.slots.get_mut(slot).and_then(Option::take) {
-            if let Some(set) = old.labels().get(label::CLUSTERSET)
-                && let Some(members) = self.by_set_label.get_mut(set)
-            {
-                members.remove(name);
-            }
-            self.free.push(slot);
-        }
-        self.invalidate_membership();
+    /// The cluster in a slot, for a change (copied first if another snapshot shares it).
+    fn slot_mut(&mut self, slot: usize) -> Option<&mut ClusterInfo> {
+        self.slots.get_mut(slot).map(Arc::make_mut)
     }
 
     pub fn upsert_set(&mut self, set: Arc<ManagedClusterSet>) {
         let name = set.metadata.name.clone().unwrap_or_default();
-        self.sets.insert(name, set);
+        Arc::make_mut(&mut self.sets).insert(name, set);
         self.invalidate_membership();
     }
 
     pub fn remove_set(&mut self, name: &str) {
-        self.sets.remove(name);
+        Arc::make_mut(&mut self.sets).remove(name);
         self.invalidate_membership();
     }
 
     pub fn upsert_binding(&mut self, binding: &ManagedClusterSetBinding) {
         let ns = binding.metadata.namespace.clone().unwrap_or_default();
         let name = binding.metadata.name.clone().unwrap_or_default();
-        self.bindings.entry(ns).or_default().insert(name);
+        Arc::make_mut(&mut self.bindings)
+            .entry(ns)
+            .or_default()
+            .insert(name);
     }
 
     pub fn remove_binding(&mut self, namespace: &str, name: &str) {
-        if let Some(b) = self.bindings.get_mut(namespace) {
+        if self
+            .bindings
+            .get(namespace)
+            .is_some_and(|b| b.contains(name))
+            && let Some(b) = Arc::make_mut(&mut self.bindings).get_mut(namespace)
+        {
             b.remove(name);
         }
     }
@@ -318,17 +381,19 @@ impl Snapshot {
     }
 
     fn upsert_score_at(&mut self, score: Arc<AddOnPlacementScore>, observed_at: Option<Timestamp>) {
-        let ns = score.metadata.namespace.clone().unwrap_or_default();
+        let ns: Name = score
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default()
+            .into();
         let name = score.metadata.name.clone().unwrap_or_default();
-        let observed = self.score_observed.entry(ns.clone()).or_default();
+        let observed = Arc::make_mut(self.score_observed.get_or_default(ns.clone()));
         match observed_at {
             Some(at) => observed.insert(name.clone(), at),
             None => observed.remove(&name),
         };
-        self.scores
-            .entry(ns.clone())
-            .or_default()
-            .insert(name, score);
+        Arc::make_mut(self.scores.get_or_default(ns.clone())).insert(name, score);
         self.mirror_scores(&ns);
         self.invalidate_columns();
     }
@@ -340,6 +405,10 @@ impl Snapshot {
 
     /// See [`MaxScoreValidity`]; the default is [`DEFAULT_MAX_SCORE_VALIDITY`].
     pub fn set_max_score_validity(&mut self, bound: MaxScoreValidity) {
+        if self.max_score_validity != bound {
+            // Columns carry no bound, but keep the rule simple: a new input, fresh caches.
+            self.invalidate_columns();
+        }
         self.max_score_validity = bound;
     }
 
@@ -348,11 +417,14 @@ impl Snapshot {
     }
 
     pub fn remove_score(&mut self, namespace: &str, name: &str) {
+        if self.score(namespace, name).is_none() {
+            return;
+        }
         if let Some(s) = self.scores.get_mut(namespace) {
-            s.remove(name);
+            Arc::make_mut(s).remove(name);
         }
         if let Some(s) = self.score_observed.get_mut(namespace) {
-            s.remove(name);
+            Arc::make_mut(s).remove(name);
         }
         self.mirror_scores(namespace);
         self.invalidate_columns();
@@ -360,10 +432,8 @@ impl Snapshot {
 
     fn mirror_scores(&mut self, cluster: &str) {
         let entries = self.score_entries(cluster);
-        if let Some(info) = self
-            .clusters
-            .get(cluster)
-            .and_then(|&i| self.slots[i].as_mut())
+        if let Some(&slot) = self.clusters.get(cluster)
+            && let Some(info) = self.slot_mut(slot)
         {
             info.scores = entries;
         }
@@ -374,7 +444,7 @@ impl Snapshot {
             return *id;
         }
         let id = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
-        self.names.insert(name.to_owned(), id);
+        Arc::make_mut(&mut self.names).insert(name.to_owned(), id);
         id
     }
 
@@ -394,6 +464,7 @@ impl Snapshot {
             .get(cluster)
             .cloned()
             .unwrap_or_default();
+        let observed = &*observed;
         objects
             .into_iter()
             .map(|object| {
@@ -423,19 +494,22 @@ impl Snapshot {
         self.remove_decision(&ns, &name);
         self.count(&decision, true);
         if let Some(p) = placement_label(&decision) {
-            self.decisions_by_placement
-                .entry((ns.clone(), p.to_owned()))
-                .or_default()
-                .insert(name.clone());
+            let names = self
+                .decisions_by_placement
+                .get_or_default(Arc::new((ns.clone(), p.to_owned())));
+            Arc::make_mut(names).insert(name.clone());
         }
-        self.decisions.entry(ns).or_default().insert(name, decision);
+        Arc::make_mut(self.decisions.get_or_default(ns)).insert(name, decision);
     }
 
     pub fn remove_decision(&mut self, namespace: &str, name: &str) {
+        if self.decision(namespace, name).is_none() {
+            return;
+        }
         let Some(old) = self
             .decisions
             .get_mut(namespace)
-            .and_then(|d| d.remove(name))
+            .and_then(|d| Arc::make_mut(d).remove(name))
         else {
             return;
         };
@@ -443,6 +517,7 @@ impl Snapshot {
         if let Some(p) = placement_label(&old) {
             let key = (namespace.to_owned(), p.to_owned());
             if let Some(names) = self.decisions_by_placement.get_mut(&key) {
+                let names = Arc::make_mut(names);
                 names.remove(name);
                 if names.is_empty() {
                     self.decisions_by_placement.remove(&key);
@@ -453,24 +528,30 @@ impl Snapshot {
 
     fn count(&mut self, decision: &PlacementDecision, add: bool) {
         for d in decision_entries(decision) {
-            let c = self
-                .decision_counts
-                .entry(d.cluster_name.clone())
-                .or_insert(0);
-            if *c > 0 {
-                dec_histogram(&mut self.count_histogram, *c);
-            }
-            *c = if add { *c + 1 } else { c.saturating_sub(1) };
-            let now = *c;
-            if now > 0 {
-                *self.count_histogram.entry(now).or_insert(0) += 1;
+            let name = d.cluster_name.as_str();
+            let before = self.decision_count(name);
+            let now = if add {
+                before + 1
             } else {
-                self.decision_counts.remove(&d.cluster_name);
+                before.saturating_sub(1)
+            };
+            let histogram = Arc::make_mut(&mut self.count_histogram);
+            if before > 0 {
+                dec_histogram(histogram, before);
             }
-            if let Some(info) = self
-                .clusters
-                .get(d.cluster_name.as_str())
-                .and_then(|&i| self.slots[i].as_mut())
+            if now > 0 {
+                *histogram.entry(now).or_insert(0) += 1;
+                match self.decision_counts.get_mut(name) {
+                    Some(c) => *c = now,
+                    None => {
+                        self.decision_counts.insert(name.into(), now);
+                    }
+                }
+            } else {
+                self.decision_counts.remove(name);
+            }
+            if let Some(&slot) = self.clusters.get(name)
+                && let Some(info) = self.slot_mut(slot)
             {
                 info.decisions = now;
             }
@@ -478,19 +559,13 @@ impl Snapshot {
     }
 
     fn invalidate_membership(&mut self) {
-        if let Ok(m) = self.membership.get_mut() {
-            m.clear();
-        }
-        if let Ok(t) = self.topologies.get_mut() {
-            t.clear();
-        }
+        self.membership = Cache::default();
+        self.topologies = Cache::default();
         self.invalidate_columns();
     }
 
     fn invalidate_columns(&mut self) {
-        if let Ok(c) = self.columns.get_mut() {
-            c.clear();
-        }
+        self.columns = Cache::default();
     }
 
     /// Drops every derived cache (benchmarks use it to measure a cold pass).
@@ -571,7 +646,7 @@ impl Snapshot {
 
     /// The cluster in a slot (see [`ClusterInfo::slot`]).
     pub fn slot(&self, slot: usize) -> Option<&ClusterInfo> {
-        self.slots.get(slot).and_then(Option::as_ref)
+        self.slots.get(slot).map(|c| &**c)
     }
 
     /// The number of slots: every [`ClusterInfo::slot`] is below it.
@@ -637,7 +712,7 @@ impl Snapshot {
     pub fn score_keys(&self) -> Vec<(String, String)> {
         self.scores
             .iter()
-            .flat_map(|(ns, names)| names.keys().map(move |n| (ns.clone(), n.clone())))
+            .flat_map(|(ns, names)| names.keys().map(move |n| (ns.to_string(), n.clone())))
             .collect()
     }
 
@@ -660,11 +735,11 @@ impl Snapshot {
             ),
             (
                 "AddOnPlacementScore",
-                self.scores.values().map(BTreeMap::len).sum(),
+                self.scores.values().map(|s| s.len()).sum(),
             ),
             (
                 "PlacementDecision",
-                self.decisions.values().map(BTreeMap::len).sum(),
+                self.decisions.values().map(|d| d.len()).sum(),
             ),
         ]
     }
@@ -819,5 +894,310 @@ impl ScoreSource for Snapshot {
                 .map(|st| st.scores.clone())
                 .unwrap_or_default()
         })
+    }
+}
+
+/// Copy-on-write containers for the snapshot's large indexes (one entry per cluster, score or
+/// placement): a clone copies a few dozen pointers, and a change after a clone copies one shard
+/// or chunk rather than the whole index. With 10,000 clusters a whole-index copy at every
+/// watch event that overlaps a pass would have become the controller's main cost.
+mod cow {
+    use std::borrow::Borrow;
+    use std::collections::HashMap;
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash};
+    use std::sync::Arc;
+
+    const SHARDS: usize = 64;
+    const CHUNK: usize = 256;
+
+    /// A hash map in `SHARDS` shared shards.
+    #[derive(Clone)]
+    pub struct ShardedMap<K, V> {
+        shards: Arc<Vec<Arc<HashMap<K, V>>>>,
+    }
+
+    impl<K, V> Default for ShardedMap<K, V> {
+        fn default() -> Self {
+            Self {
+                shards: Arc::new((0..SHARDS).map(|_| Arc::default()).collect()),
+            }
+        }
+    }
+
+    /// The shard of a key: a fixed hash, equal for `K` and what it borrows as (as for `HashMap`).
+    fn shard<Q: Hash + ?Sized>(key: &Q) -> usize {
+        let h = BuildHasherDefault::<DefaultHasher>::default().hash_one(key);
+        usize::try_from(h % SHARDS as u64).unwrap_or(0)
+    }
+
+    impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
+        fn shard_mut(&mut self, i: usize) -> &mut HashMap<K, V> {
+            Arc::make_mut(&mut Arc::make_mut(&mut self.shards)[i])
+        }
+
+        pub fn get<Q>(&self, key: &Q) -> Option<&V>
+        where
+            K: Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+        {
+            self.shards[shard(key)].get(key)
+        }
+
+        pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
+        where
+            K: Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+        {
+            let i = shard(key);
+            if !self.shards[i].contains_key(key) {
+                return None;
+            }
+            self.shard_mut(i).get_mut(key)
+        }
+
+        pub fn get_or_default(&mut self, key: K) -> &mut V
+        where
+            V: Default,
+        {
+            self.shard_mut(shard(&key)).entry(key).or_default()
+        }
+
+        pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+            self.shard_mut(shard(&key)).insert(key, value)
+        }
+
+        pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
+        where
+            K: Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+        {
+            let i = shard(key);
+            if !self.shards[i].contains_key(key) {
+                return None;
+            }
+            self.shard_mut(i).remove(key)
+        }
+
+        pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+            self.shards.iter().flat_map(|s| s.iter())
+        }
+
+        pub fn values(&self) -> impl Iterator<Item = &V> {
+            self.shards.iter().flat_map(|s| s.values())
+        }
+    }
+
+    /// A vector of optional entries in shared chunks of `CHUNK`.
+    #[derive(Clone)]
+    pub struct Chunked<T> {
+        chunks: Arc<Vec<Arc<Vec<Option<T>>>>>,
+        len: usize,
+    }
+
+    impl<T> Default for Chunked<T> {
+        fn default() -> Self {
+            Self {
+                chunks: Arc::default(),
+                len: 0,
+            }
+        }
+    }
+
+    impl<T: Clone> Chunked<T> {
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        pub fn get(&self, i: usize) -> Option<&T> {
+            self.chunks.get(i / CHUNK)?.get(i % CHUNK)?.as_ref()
+        }
+
+        fn cell_mut(&mut self, i: usize) -> Option<&mut Option<T>> {
+            let chunk = Arc::make_mut(&mut self.chunks).get_mut(i / CHUNK)?;
+            Arc::make_mut(chunk).get_mut(i % CHUNK)
+        }
+
+        pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+            self.get(i)?;
+            self.cell_mut(i)?.as_mut()
+        }
+
+        /// Sets entry `i`; `i == len()` appends.
+        pub fn set(&mut self, i: usize, value: Option<T>) {
+            if i < self.len {
+                if let Some(cell) = self.cell_mut(i) {
+                    *cell = value;
+                }
+                return;
+            }
+            let chunks = Arc::make_mut(&mut self.chunks);
+            if self.len.is_multiple_of(CHUNK) {
+                chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
+            }
+            if let Some(last) = chunks.last_mut() {
+                Arc::make_mut(last).push(value);
+                self.len += 1;
+            }
+        }
+
+        pub fn take(&mut self, i: usize) -> Option<T> {
+            self.get(i)?;
+            self.cell_mut(i)?.take()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn cluster(name: &str, set: &str) -> Arc<ManagedCluster> {
+        Arc::new(
+            serde_json::from_value(
+                json!({"metadata": {"name": name, "labels": {label::CLUSTERSET: set}}, "spec": {}}),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn score(cluster: &str, value: i32) -> Arc<AddOnPlacementScore> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "demo", "namespace": cluster},
+                "status": {"scores": [{"name": "demo", "value": value}]}}))
+            .unwrap(),
+        )
+    }
+
+    fn decision(ns: &str, placement: &str, clusters: &[&str]) -> Arc<PlacementDecision> {
+        let entries: Vec<_> = clusters
+            .iter()
+            .map(|c| json!({"clusterName": c, "reason": ""}))
+            .collect();
+        Arc::new(
+            serde_json::from_value(
+                json!({"metadata": {"name": format!("{placement}-decision-1"),
+                "namespace": ns, "labels": {label::PLACEMENT: placement}},
+                "status": {"decisions": entries}}),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn set(name: &str) -> Arc<ManagedClusterSet> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name},
+                "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}}))
+            .unwrap(),
+        )
+    }
+
+    fn members(s: &Snapshot, set: &str) -> Vec<String> {
+        match s.members(set) {
+            SetMembers::Members(m) => m
+                .iter()
+                .filter_map(|&i| s.slot(i))
+                .map(|c| c.name.to_string())
+                .collect(),
+            SetMembers::Invalid(e) => vec![e],
+        }
+    }
+
+    fn value(s: &Snapshot, cluster: &str) -> Option<i32> {
+        s.score_column("demo", "demo")
+            .by_slot
+            .get(s.cluster(cluster)?.slot)
+            .copied()
+            .flatten()?
+            .value
+    }
+
+    /// 600 clusters: several chunks of the slab and every shard of the maps are in use.
+    fn big() -> Snapshot {
+        let mut s = Snapshot::new();
+        s.upsert_set(set("a"));
+        s.upsert_set(set("b"));
+        for i in 0..600 {
+            let name = format!("c{i:03}");
+            s.upsert_cluster(cluster(&name, if i % 2 == 0 { "a" } else { "b" }));
+            s.upsert_score(score(&name, 1));
+            s.upsert_decision(decision(
+                &format!("ns{}", i % 7),
+                &format!("p{i}"),
+                &[&name],
+            ));
+        }
+        s
+    }
+
+    #[test]
+    fn a_change_to_a_clone_leaves_the_original_as_it_was() {
+        let original = big();
+        // Fill the caches before cloning: the clone shares them.
+        assert_eq!(members(&original, "a").len(), 300);
+        assert_eq!(value(&original, "c599"), Some(1));
+        let mut copy = original.clone();
+
+        copy.upsert_cluster(cluster("c000", "b")); // moves between sets
+        copy.remove_cluster("c001");
+        copy.upsert_cluster(cluster("new", "a"));
+        copy.upsert_score(score("c599", 7));
+        copy.remove_score("c598", "demo");
+        copy.upsert_decision(decision("ns0", "p0", &["c599", "c598"]));
+        copy.remove_decision("ns1", "p1-decision-1");
+
+        // The original: nothing moved, its caches still answer for it.
+        assert_eq!(members(&original, "a").len(), 300);
+        assert!(members(&original, "a").contains(&"c000".to_owned()));
+        assert!(original.cluster("c001").is_some());
+        assert!(original.cluster("new").is_none());
+        assert_eq!(value(&original, "c599"), Some(1));
+        assert_eq!(value(&original, "c598"), Some(1));
+        assert_eq!(original.decision_count("c599"), 1);
+        assert_eq!(original.decision_count("c000"), 1);
+        assert_eq!(original.decisions_of("ns1", "p1").len(), 1);
+        assert_eq!(original.cluster("c599").map(|c| c.decisions), Some(1));
+        assert_eq!(original.counts()[0], ("ManagedCluster", 600));
+
+        // The copy: every change, and caches recomputed for it.
+        let a = members(&copy, "a");
+        assert_eq!(a.len(), 300);
+        assert!(!a.contains(&"c000".to_owned()) && a.contains(&"new".to_owned()));
+        assert!(members(&copy, "b").contains(&"c000".to_owned()));
+        assert!(copy.cluster("c001").is_none());
+        assert_eq!(value(&copy, "c599"), Some(7));
+        assert_eq!(value(&copy, "c598"), None);
+        assert_eq!(
+            copy.score("c599", "demo")
+                .and_then(|s| s.status.as_ref())
+                .map(|s| s.scores[0].value),
+            Some(7)
+        );
+        assert_eq!(copy.decision_count("c599"), 2);
+        assert_eq!(copy.decision_count("c000"), 0);
+        assert_eq!(copy.cluster("c599").map(|c| c.decisions), Some(2));
+        assert!(copy.decisions_of("ns1", "p1").is_empty());
+        assert_eq!(copy.counts()[0], ("ManagedCluster", 600));
+        assert_eq!(copy.counts()[4], ("PlacementDecision", 599));
+    }
+
+    #[test]
+    fn an_updated_cluster_keeps_its_slot() {
+        let mut s = big();
+        let slot = s.cluster("c010").map(|c| c.slot);
+        s.upsert_cluster(cluster("c010", "b"));
+        assert_eq!(s.cluster("c010").map(|c| c.slot), slot);
+        assert!(members(&s, "b").contains(&"c010".to_owned()));
+        assert!(!members(&s, "a").contains(&"c010".to_owned()));
+        // Its score and decision count stay beside it.
+        assert_eq!(value(&s, "c010"), Some(1));
+        assert_eq!(s.cluster("c010").map(|c| c.decisions), Some(1));
+        // A freed slot is reused.
+        let freed = s.cluster("c020").map(|c| c.slot);
+        s.remove_cluster("c020");
+        s.upsert_cluster(cluster("c999", "a"));
+        assert_eq!(s.cluster("c999").map(|c| c.slot), freed);
+        assert_eq!(s.slot_count(), 600);
     }
 }
