@@ -131,7 +131,9 @@ impl crate::debug::DebugSource for Handle {
 
     fn schedule(&self, placement: &Placement) -> core::Outcome {
         let st = self.state.read();
-        core::schedule(&st.snapshot, placement, now_seconds())
+        let until = std::time::Instant::now() + st.snapshot.limits().cel_time;
+        let deadline = || std::time::Instant::now() >= until;
+        core::schedule_with(&st.snapshot, placement, now_seconds(), &mut (), &deadline)
     }
 }
 
@@ -525,7 +527,9 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
             last: started,
             metrics: &ctx.handle.metrics,
         };
-        let outcome = core::schedule_with(&st.snapshot, &p, now, &mut laps);
+        let until = started + st.snapshot.limits().cel_time;
+        let deadline = || std::time::Instant::now() >= until;
+        let outcome = core::schedule_with(&st.snapshot, &p, now, &mut laps, &deadline);
         ctx.handle
             .metrics
             .scheduling_duration
@@ -535,11 +539,31 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         (p, outcome, versions)
     };
     let (placement, outcome, versions) = scheduled;
+    if outcome.status.code == Code::Transient {
+        // Nothing to write (the decisions and status stay); try again with backoff.
+        tracing::warn!(
+            namespace = key.0,
+            name = key.1,
+            plugin = outcome.status.plugin,
+            message = outcome.status.message,
+            "scheduling failed for a transient reason; decisions kept, retrying with backoff"
+        );
+        ctx.handle
+            .metrics
+            .schedules
+            .get_or_create(&metrics::ResultLabels {
+                result: "transient".into(),
+            })
+            .inc();
+        ctx.queue.add_rate_limited(key.clone());
+        return;
+    }
     let result = match outcome.status.code {
         Code::Success => "success",
         Code::Warning => "warning",
-        Code::Error => "error",
+        Code::Error | Code::Transient => "error",
         Code::Misconfigured => "misconfigured",
+        Code::Exceeded(_) => "limit_exceeded",
     };
     let written = ctx
         .writer
@@ -552,6 +576,9 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     match written {
         Ok(again) => {
             warn_capped_validity(ctx, key, &placement, &outcome).await;
+            if let Some(e) = core::plan::limit_event(placement.status.as_ref(), &outcome) {
+                ctx.writer.emit(&placement, &[e]).await;
+            }
             ctx.enqueue(again);
             ctx.queue.forget(key);
             ctx.handle
