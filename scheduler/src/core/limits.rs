@@ -3,8 +3,8 @@
 //!
 //! - a CEL budget for the whole pass, over all clusters: cost units (the same units as
 //!   upstream's per-expression limit and per-cluster budget, see [`super::cel`]) and wall
-//!   time. The core reads no clock: the caller passes a [`Deadline`], checked every
-//!   [`DEADLINE_EVERY`] clusters;
+//!   time. The core reads no clock: the caller passes a [`Deadline`], looked at every
+//!   [`DEADLINE_EVERY`] clusters or [`DEADLINE_EVERY_UNITS`] units;
 //! - the number of list items in the spec. Upstream's CRD bounds only `spreadConstraints`
 //!   (`maxItems: 8`, relied on for objects from the API server, and checked here too for
 //!   `simulate` files and debug what-ifs, which no CRD validates); every other list is
@@ -28,8 +28,10 @@ pub const DEFAULT_CEL_COST_BUDGET: u64 = 100 * RUNTIME_COST_BUDGET;
 pub const DEFAULT_CEL_TIME_BUDGET: Duration = Duration::from_secs(5);
 /// The default number of list items a spec may hold in all.
 pub const DEFAULT_MAX_LIST_ITEMS: usize = 1000;
-/// Clusters evaluated between two looks at the deadline.
+/// Clusters evaluated between two looks at the deadline (cheap selectors)...
 pub const DEADLINE_EVERY: usize = 16;
+/// ...or units spent (expensive ones: a cluster may spend up to upstream's 10,000,000).
+pub const DEADLINE_EVERY_UNITS: u64 = super::cel::PER_CALL_LIMIT;
 
 /// The scheduler's limits on one pass (set once, from flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -314,7 +314,8 @@ fn run<'a>(
 }
 
 /// The Predicate filter within the pass's CEL budget ([`limits`]): the cost pool is shared by
-/// every cluster, the deadline is looked at every [`limits::DEADLINE_EVERY`] clusters.
+/// every cluster; the deadline is looked at every [`limits::DEADLINE_EVERY`] clusters, and
+/// after any cluster that took [`limits::DEADLINE_EVERY_UNITS`] or more since the last look.
 fn predicate_filter<'a>(
     predicates: &filter::predicate::Predicates,
     candidates: Vec<&'a ClusterInfo>,
@@ -327,9 +328,15 @@ fn predicate_filter<'a>(
     let total = candidates.len();
     let mut kept = Vec::with_capacity(total);
     let mut dropped = Vec::new();
+    let mut pool_at_look = pool;
     for (i, c) in candidates.into_iter().enumerate() {
-        if cel && i % limits::DEADLINE_EVERY == 0 && deadline.passed() {
-            return Err(limits::cel_budget_exceeded(&limits, true, i, total));
+        let due = i % limits::DEADLINE_EVERY == 0
+            || pool_at_look.saturating_sub(pool) >= limits::DEADLINE_EVERY_UNITS;
+        if cel && due {
+            if deadline.passed() {
+                return Err(limits::cel_budget_exceeded(&limits, true, i, total));
+            }
+            pool_at_look = pool;
         }
         match predicates.check(c, snapshot, &mut pool) {
             Ok(None) => kept.push(c),

@@ -229,10 +229,8 @@ fn the_cel_cost_budget_is_for_the_whole_pass() {
     }
 }
 
-#[test]
-fn the_per_cluster_budget_still_makes_a_cluster_not_match() {
-    // An expression past upstream's per-call limit is false for that cluster (upstream's
-    // behaviour), not the end of the pass, while the pass's budget lasts.
+/// 100^3 iterations: cut at upstream's per-call limit on every cluster.
+fn runaway() -> String {
     let l = format!(
         "[{}]",
         (0..100)
@@ -240,10 +238,16 @@ fn the_per_cluster_budget_still_makes_a_cluster_not_match() {
             .collect::<Vec<_>>()
             .join(",")
     );
-    let runaway = format!("{l}.all(a, {l}.all(b, {l}.all(c, true)))");
+    format!("{l}.all(a, {l}.all(b, {l}.all(c, true)))")
+}
+
+#[test]
+fn the_per_cluster_budget_still_makes_a_cluster_not_match() {
+    // An expression past upstream's per-call limit is false for that cluster (upstream's
+    // behaviour), not the end of the pass, while the pass's budget lasts.
     let (w, p) = decided(3, Limits::default());
     let mut q = p.clone();
-    q.spec = serde_json::from_value(cel_spec(&runaway)).unwrap();
+    q.spec = serde_json::from_value(cel_spec(&runaway())).unwrap();
     let out = w.schedule(&q);
     assert_eq!(out.status.code, Code::Success);
     assert_eq!(out.filtered.len(), 0);
@@ -269,6 +273,20 @@ fn the_deadline_is_looked_at_every_sixteen_clusters() {
             )
         );
     }
+    // An expensive selector (upstream's whole per-call limit per cluster): looked at after
+    // every cluster.
+    let (w, p) = decided(3, Limits::default());
+    let calls = Cell::new(0usize);
+    let deadline = || {
+        calls.set(calls.get() + 1);
+        calls.get() > 1
+    };
+    let out = held(&w, &p, cel_spec(&runaway()), &deadline);
+    let (_, _, message) = condition(&out, "PlacementSatisfied");
+    assert!(
+        message.contains("time budget (5s) after 1 of 3 clusters"),
+        "{message}"
+    );
     // Without CEL the deadline is not asked.
     let (w, p) = decided(40, Limits::default());
     let never = || panic!("asked");
