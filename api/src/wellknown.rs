@@ -152,6 +152,12 @@ pub mod placement_condition {
         pub const NOT_ALL_DECISIONS_SCHEDULED: &str = "NotAllDecisionsScheduled";
         pub const NO_MANAGED_CLUSTER_MATCHED: &str = "NoManagedClusterMatched";
         pub const ALL_DECISIONS_SCHEDULED: &str = "AllDecisionsScheduled";
+        /// Ours, not upstream's: the pass spent the Placement's CEL budget (cost or time)
+        /// before it was done; it was not scheduled and its decisions were kept.
+        pub const CEL_BUDGET_EXCEEDED: &str = "CELBudgetExceeded";
+        /// Ours, not upstream's: the spec holds more list items than the scheduler accepts;
+        /// it was not scheduled and its decisions were kept.
+        pub const LIST_LIMIT_EXCEEDED: &str = "ListLimitExceeded";
         /// Of `PlacementMisconfigured=True`.
         pub const MISCONFIGURED: &str = "Misconfigured";
         /// Of `PlacementMisconfigured=False` (upstream's spelling).
@@ -183,6 +189,9 @@ pub mod placement_event {
     /// Ours, not upstream's: a score's `validUntil` lay beyond the scheduler's validity bound.
     pub const SCORE_VALIDITY_CAPPED: &str = "ScoreValidityCapped";
     pub const SCORE_VALIDITY_CAPPED_ACTION: &str = "ScoreValidityCap";
+    /// Ours: the action of a Warning whose reason is a `PlacementSatisfied` reason of a limit
+    /// (`CELBudgetExceeded`, `ListLimitExceeded`): the pass stopped, nothing was written.
+    pub const SCHEDULING_SKIPPED_ACTION: &str = "SchedulingSkipped";
 }
 
 /// Limits the scheduler keeps.
@@ -195,6 +204,8 @@ pub mod limits {
     /// Bounds of a prioritizer weight.
     pub const MIN_WEIGHT: i32 = -10;
     pub const MAX_WEIGHT: i32 = 10;
+    /// `spec.spreadPolicy.spreadConstraints` items (the upstream CRD's `maxItems`).
+    pub const MAX_SPREAD_CONSTRAINTS: usize = 8;
 }
 
 /// ManagedClusterAddOn condition types.

@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use futures::FutureExt;
 use placement_scheduler::controller::{self, Handle, Leader, Options};
+use placement_scheduler::core::Limits;
+use placement_scheduler::core::limits;
 use placement_scheduler::core::snapshot::MaxScoreValidity;
 use placement_scheduler::simulate::{self, Objects, report};
 
@@ -54,6 +56,36 @@ struct SimulateArgs {
     placements: Vec<String>,
     #[command(flatten)]
     validity: ValidityArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// The limits of one Placement's pass, shared by `simulate` and `controller` (and the debug
+/// endpoint). A Placement past one is not scheduled: its decisions are kept and
+/// `PlacementSatisfied=False` (`CELBudgetExceeded`, `ListLimitExceeded`) says why.
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// CEL cost units one Placement's pass may spend over all clusters (upstream's units: each
+    /// expression may spend 1,000,000 per cluster, each cluster 10,000,000).
+    #[arg(long, env = "CEL_COST_BUDGET", default_value_t = limits::DEFAULT_CEL_COST_BUDGET)]
+    cel_cost_budget: u64,
+    /// Wall time one Placement's pass may spend evaluating CEL selectors.
+    #[arg(long, env = "CEL_TIME_BUDGET", default_value = "5s", value_parser = ocm_runtime::leader::parse_duration)]
+    cel_time_budget: Duration,
+    /// List items a Placement's spec may hold in all (predicates, their expressions and
+    /// values, prioritizer configurations, tolerations, decision groups, ...).
+    #[arg(long, env = "MAX_LIST_ITEMS", default_value_t = limits::DEFAULT_MAX_LIST_ITEMS)]
+    max_list_items: usize,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            cel_cost: self.cel_cost_budget,
+            cel_time: self.cel_time_budget,
+            list_items: self.max_list_items,
+        }
+    }
 }
 
 /// The bound on score validity, shared by `simulate` and `controller`.
@@ -99,6 +131,8 @@ struct ControllerArgs {
     balance_delay: Duration,
     #[command(flatten)]
     validity: ValidityArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Only schedule Placements in these namespaces (comma separated; default all).
     #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
@@ -176,7 +210,13 @@ fn simulate_cmd(args: SimulateArgs) -> Result<String, Box<dyn std::error::Error>
         }
     }
     let now = args.now.unwrap_or_else(jiff::Timestamp::now);
-    let results = simulate::run(&objects, now, &args.placements, args.validity.bound());
+    let results = simulate::run(
+        &objects,
+        now,
+        &args.placements,
+        args.validity.bound(),
+        args.limits.limits(),
+    );
     Ok(match args.output {
         Output::Text => report::text(&results),
         Output::Json => format!("{:#}\n", report::objects(&results)),
@@ -210,6 +250,11 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
         .write()
         .snapshot
         .set_max_score_validity(args.validity.bound());
+    handle
+        .state
+        .write()
+        .snapshot
+        .set_limits(args.limits.limits());
     let registry = Arc::new(registry);
     let health = ocm_runtime::Health::new();
     let metrics_listener = args.serve.bind().await?;

@@ -1192,3 +1192,95 @@ async fn a_hostile_placement_does_not_stall_the_others() {
         .await
         .unwrap();
 }
+
+/// Issue 16 item 1, the CEL budget drill: a Placement whose celSelector would spend upstream's
+/// whole per-expression limit on every cluster runs out of its pass's budget. It is not
+/// scheduled: its decisions stay as they were (not emptied: the add-on manager would uninstall),
+/// `PlacementSatisfied=False/CELBudgetExceeded` says how far it got, one Warning event names
+/// the budget; and the other Placement in the namespace keeps being scheduled.
+#[tokio::test]
+async fn a_placement_past_its_cel_budget_keeps_its_decisions_and_others_schedule() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::ListParams;
+    use placement_scheduler::core::Limits;
+
+    let hub = Hub::new("pl-celbudget").await;
+    hub.controller
+        .as_ref()
+        .unwrap()
+        .handle
+        .state
+        .write()
+        .snapshot
+        .set_limits(Limits {
+            cel_cost: 100_000,
+            ..Limits::default()
+        });
+    let names = hub
+        .clusters(&["c0", "c1", "c2", "c3", "c4"], json!({"env": "prod"}))
+        .await;
+    let all = ["c0", "c1", "c2", "c3", "c4"];
+    let cel = |expression: &str| json!({"predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": [expression]}}}]});
+    let cheap = "managedCluster.metadata.labels['env'] == 'prod'";
+    hub.placement("hostile", cel(cheap)).await;
+    hub.placement("normal", cel(cheap)).await;
+    hub.expect("hostile", &all).await;
+    hub.expect("normal", &all).await;
+
+    // 100^3 iterations, false after all of them: upstream cuts it at 1,000,000 units per
+    // cluster (and then drops every cluster); here the pass's 100,000 run out at once.
+    let l = format!(
+        "[{}]",
+        (0..100)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let hostile = format!("{l}.exists(a, {l}.exists(b, {l}.exists(c, c < 0)))");
+    hub.patch_placement("hostile", json!({"spec": cel(&hostile)}))
+        .await;
+    let message = hub
+        .expect_condition(
+            "hostile",
+            "PlacementSatisfied",
+            "False",
+            "CELBudgetExceeded",
+        )
+        .await;
+    assert_eq!(
+        message,
+        "celSelector evaluation used up the placement's CEL cost budget (100000 units) after 0 of 5 clusters; not scheduled, the current decisions are kept"
+    );
+    assert_eq!(hub.chosen("hostile").await, all);
+    let events: Api<Event> = Api::namespaced(hub.client.clone(), &hub.ns);
+    let warning = eventually("the CELBudgetExceeded warning", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("CELBudgetExceeded"))
+    })
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        warning.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("hostile")
+    );
+    assert_eq!(warning.note.as_deref(), Some(message.as_str()));
+
+    // The other Placement is still scheduled: c0 leaves it.
+    hub.patch_cluster(&names[0], json!({"metadata": {"labels": {"env": "dev"}}}))
+        .await;
+    hub.expect("normal", &["c1", "c2", "c3", "c4"]).await;
+    // The hostile one is looked at again (the cluster changed) and still keeps its decisions.
+    assert_eq!(hub.chosen("hostile").await, all);
+    hub.expect_condition(
+        "hostile",
+        "PlacementSatisfied",
+        "False",
+        "CELBudgetExceeded",
+    )
+    .await;
+}

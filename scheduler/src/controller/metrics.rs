@@ -230,7 +230,7 @@ mod tests {
                      "weight": 1}]}}
             }))
             .unwrap();
-            let outcome = schedule_with(&snapshot, &placement, now, &mut Forward(&metrics));
+            let outcome = schedule_with(&snapshot, &placement, now, &mut Forward(&metrics), &());
             assert_eq!(outcome.selected.len(), 1, "{:?}", outcome.status);
         }
         let lines = series(&registry, "placement_plugin_duration_seconds_count");

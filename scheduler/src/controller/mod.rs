@@ -134,7 +134,9 @@ impl crate::debug::DebugSource for Handle {
     fn schedule(&self, placement: &Placement) -> core::Outcome {
         // Not under the lock: a long pass must not hold up the watches.
         let snapshot = self.state.read().snapshot.share();
-        core::schedule(&snapshot, placement, now_seconds())
+        let until = std::time::Instant::now() + snapshot.limits().cel_time;
+        let deadline = || std::time::Instant::now() >= until;
+        core::schedule_with(&snapshot, placement, now_seconds(), &mut (), &deadline)
     }
 }
 
@@ -498,7 +500,9 @@ async fn schedule_pass(
             last: started,
             metrics: &metrics,
         };
-        let outcome = core::schedule_with(&snapshot, &placement, now, &mut laps);
+        let until = started + snapshot.limits().cel_time;
+        let deadline = || std::time::Instant::now() >= until;
+        let outcome = core::schedule_with(&snapshot, &placement, now, &mut laps, &deadline);
         metrics
             .scheduling_duration
             .observe(started.elapsed().as_secs_f64());
@@ -576,11 +580,31 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
             return;
         }
     };
+    if outcome.status.code == Code::Transient {
+        // Nothing to write (the decisions and status stay); try again with backoff.
+        tracing::warn!(
+            namespace = key.0,
+            name = key.1,
+            plugin = outcome.status.plugin,
+            message = outcome.status.message,
+            "scheduling failed for a transient reason; decisions kept, retrying with backoff"
+        );
+        ctx.handle
+            .metrics
+            .schedules
+            .get_or_create(&metrics::ResultLabels {
+                result: "transient".into(),
+            })
+            .inc();
+        ctx.queue.add_rate_limited(key.clone());
+        return;
+    }
     let result = match outcome.status.code {
         Code::Success => "success",
         Code::Warning => "warning",
-        Code::Error => "error",
+        Code::Error | Code::Transient => "error",
         Code::Misconfigured => "misconfigured",
+        Code::Exceeded(_) => "limit_exceeded",
     };
     let written = ctx
         .writer
@@ -593,6 +617,9 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     match written {
         Ok(again) => {
             warn_capped_validity(ctx, key, &placement, &outcome).await;
+            if let Some(e) = core::plan::limit_event(placement.status.as_ref(), &outcome) {
+                ctx.writer.emit(&placement, &[e]).await;
+            }
             ctx.enqueue(again);
             ctx.queue.forget(key);
             ctx.handle

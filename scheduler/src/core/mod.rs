@@ -11,6 +11,7 @@
 pub mod cel;
 pub mod filter;
 pub mod groups;
+pub mod limits;
 pub mod names;
 pub mod plan;
 pub mod prioritize;
@@ -28,11 +29,12 @@ use ocm_api::{ClusterDecision, Placement, PlacementDecision, PlacementStatus};
 
 pub use filter::{DropReason, FilterResult};
 pub use groups::Group;
+pub use limits::{Deadline, Limits};
 pub use plan::{Event, EventType, PlannedWrite, Write};
 pub use prioritize::addon::CappedScore;
 pub use select::SpreadReport;
 pub use snapshot::{ClusterInfo, Name, SetMembers, Snapshot};
-pub use status::{Code, Status};
+pub use status::{Code, Limit, Status};
 
 use prioritize::Kind;
 use snapshot::decision_entries;
@@ -151,6 +153,7 @@ fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
 
 /// Filters, prioritizers and selection. `Err` stops scheduling (nothing is selected);
 /// the partial results gathered so far stay in `out`.
+#[allow(clippy::too_many_arguments)]
 fn run<'a>(
     snapshot: &'a Snapshot,
     placement: &Placement,
@@ -159,6 +162,7 @@ fn run<'a>(
     now: Timestamp,
     out: &mut Scheduled<'a>,
     laps: &mut dyn Laps,
+    deadline: &dyn Deadline,
 ) -> Result<Status, Status> {
     names::check(placement.metadata.name.as_deref().unwrap_or_default())?;
     let spec = &placement.spec;
@@ -173,9 +177,7 @@ fn run<'a>(
         filter::apply(filter::predicate::NAME, candidates, |_| None)
     } else {
         let predicates = filter::predicate::Predicates::compile(&spec.predicates)?;
-        filter::apply(filter::predicate::NAME, candidates, |c| {
-            predicates.check(c, snapshot)
-        })
+        predicate_filter(&predicates, candidates, snapshot, deadline)?
     };
     out.filters.push(result);
     laps.lap("filter", filter::predicate::NAME);
@@ -313,17 +315,59 @@ fn run<'a>(
     Ok(warning)
 }
 
-/// Schedules one Placement against a snapshot at time `now`.
-pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> Outcome {
-    schedule_with(snapshot, placement, now, &mut ())
+/// The Predicate filter within the pass's CEL budget ([`limits`]): the cost pool is shared by
+/// every cluster; the deadline is looked at every [`limits::DEADLINE_EVERY`] clusters, and
+/// after any cluster that took [`limits::DEADLINE_EVERY_UNITS`] or more since the last look.
+fn predicate_filter<'a>(
+    predicates: &filter::predicate::Predicates,
+    candidates: Vec<&'a ClusterInfo>,
+    snapshot: &Snapshot,
+    deadline: &dyn Deadline,
+) -> Result<(Vec<&'a ClusterInfo>, FilterResult), Status> {
+    let limits = snapshot.limits();
+    let cel = predicates.has_cel();
+    let mut pool = if cel { limits.cel_cost } else { u64::MAX };
+    let total = candidates.len();
+    let mut kept = Vec::with_capacity(total);
+    let mut dropped = Vec::new();
+    let mut pool_at_look = pool;
+    for (i, c) in candidates.into_iter().enumerate() {
+        let due = i % limits::DEADLINE_EVERY == 0
+            || pool_at_look.saturating_sub(pool) >= limits::DEADLINE_EVERY_UNITS;
+        if cel && due {
+            if deadline.passed() {
+                return Err(limits::cel_budget_exceeded(&limits, true, i, total));
+            }
+            pool_at_look = pool;
+        }
+        match predicates.check(c, snapshot, &mut pool) {
+            Ok(None) => kept.push(c),
+            Ok(Some(why)) => dropped.push((c.name.clone(), why)),
+            Err(cel::PoolExhausted) => {
+                return Err(limits::cel_budget_exceeded(&limits, false, i, total));
+            }
+        }
+    }
+    let result = FilterResult {
+        name: filter::predicate::NAME,
+        dropped,
+    };
+    Ok((kept, result))
 }
 
-/// [`schedule`], reporting the end of each step to `laps`.
+/// Schedules one Placement against a snapshot at time `now`, with no deadline.
+pub fn schedule(snapshot: &Snapshot, placement: &Placement, now: Timestamp) -> Outcome {
+    schedule_with(snapshot, placement, now, &mut (), &())
+}
+
+/// [`schedule`], reporting the end of each step to `laps`, within the pass's `deadline`
+/// (the CEL time budget, [`Limits::cel_time`] from when the caller started the pass).
 pub fn schedule_with(
     snapshot: &Snapshot,
     placement: &Placement,
     now: Timestamp,
     laps: &mut dyn Laps,
+    deadline: &dyn Deadline,
 ) -> Outcome {
     let namespace = placement
         .metadata
@@ -355,13 +399,21 @@ pub fn schedule_with(
         }
     }
 
+    // A spec too large to look at is not looked at.
+    let mut status = match limits::check_lists(spec, &snapshot.limits()) {
+        Ok(()) => Status::success(),
+        Err(st) => st,
+    };
+
     // Eligible clusters.
     let bindings: Vec<String> = snapshot
         .bindings(&namespace)
         .filter(|b| snapshot.set(b).is_some())
         .map(str::to_owned)
         .collect();
-    let cluster_sets: Vec<String> = if spec.cluster_sets.is_empty() {
+    let cluster_sets: Vec<String> = if status.is_error() {
+        Vec::new()
+    } else if spec.cluster_sets.is_empty() {
         bindings.clone()
     } else {
         bindings
@@ -370,7 +422,6 @@ pub fn schedule_with(
             .cloned()
             .collect()
     };
-    let mut status = Status::success();
     let mut parts: Vec<std::sync::Arc<Vec<usize>>> = Vec::new();
     for set in &cluster_sets {
         match snapshot.members(set) {
@@ -425,6 +476,7 @@ pub fn schedule_with(
             now,
             &mut s,
             laps,
+            deadline,
         ) {
             Ok(st) => status = st,
             Err(st) => {
@@ -454,8 +506,9 @@ pub fn schedule_with(
         .map(|&i| (&*s.filtered[i].name, s.totals[i]))
         .collect();
 
-    // Groups and objects. An Error (inputs we could not read) keeps the current decisions.
-    let keep_current = status.code == Code::Error;
+    // Groups and objects. An Error (inputs we could not read), a limit or a transient failure
+    // keeps the current decisions.
+    let keep_current = status.keeps_decisions();
     let groups = if keep_current {
         Vec::new()
     } else {
@@ -564,7 +617,9 @@ pub fn schedule_with(
     // Placement status.
     let mut conditions = previous_status.conditions.clone();
     let stopped = s.spread.as_ref().and_then(|r| r.stopped.clone());
-    let (sat, reason, message) = if bindings.is_empty() {
+    let (sat, reason, message) = if let Code::Exceeded(limit) = status.code {
+        ("False", limit.reason(), status.message.clone())
+    } else if bindings.is_empty() {
         (
             "False",
             pc::reason::NO_MANAGED_CLUSTER_SET_BINDINGS,
@@ -652,12 +707,20 @@ pub fn schedule_with(
     } else {
         i32::try_from(selected.len()).unwrap_or(i32::MAX)
     };
-    let placement_status = PlacementStatus {
-        number_of_selected_clusters,
-        decision_groups,
-        conditions,
-        last_score_update_time: last_score_update,
+    let placement_status = if status.code == Code::Transient {
+        // Nothing is written: the next try decides.
+        previous_status.clone()
+    } else {
+        PlacementStatus {
+            number_of_selected_clusters,
+            decision_groups,
+            conditions,
+            last_score_update_time: last_score_update,
+        }
     };
+    if status.code == Code::Transient {
+        requeue_at = None;
+    }
 
     laps.lap("bind", "PlacementDecisions");
     Outcome {

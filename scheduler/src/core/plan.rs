@@ -12,8 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use ocm_api::cluster::v1beta1::PlacementDecisionStatus;
-use ocm_api::wellknown::{label, limits::MAX_DECISIONS_PER_OBJECT, placement_event as ev};
-use ocm_api::{ClusterDecision, Placement, PlacementDecision};
+use ocm_api::wellknown::{
+    label, limits::MAX_DECISIONS_PER_OBJECT, placement_condition as pc, placement_event as ev,
+};
+use ocm_api::{ClusterDecision, Placement, PlacementDecision, PlacementStatus};
 
 use super::groups::{Group, decision_name, decision_number};
 use super::snapshot::decision_entries;
@@ -149,6 +151,28 @@ pub fn validity_capped_event(capped: &[super::CappedScore]) -> Option<Event> {
         reason: ev::SCORE_VALIDITY_CAPPED,
         action: ev::SCORE_VALIDITY_CAPPED_ACTION,
         note,
+        decision: String::new(),
+    })
+}
+
+/// The Warning for a pass a limit stopped (`CELBudgetExceeded`, `ListLimitExceeded`), when
+/// `outcome`'s `PlacementSatisfied` differs from the one in `previous` (once per change, not at
+/// every pass).
+pub fn limit_event(previous: Option<&PlacementStatus>, outcome: &super::Outcome) -> Option<Event> {
+    let super::Code::Exceeded(limit) = outcome.status.code else {
+        return None;
+    };
+    let satisfied = |s: Option<&PlacementStatus>| {
+        s?.conditions
+            .iter()
+            .find(|c| c.type_ == pc::SATISFIED)
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    (satisfied(previous) != satisfied(Some(&outcome.placement_status))).then(|| Event {
+        type_: EventType::Warning,
+        reason: limit.reason(),
+        action: ev::SCHEDULING_SKIPPED_ACTION,
+        note: outcome.status.message.clone(),
         decision: String::new(),
     })
 }

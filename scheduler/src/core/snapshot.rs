@@ -241,6 +241,8 @@ pub struct Snapshot {
     /// cluster namespace -> score name -> when the controller observed its current version
     score_observed: ShardedMap<Name, ByName<Timestamp>>,
     max_score_validity: MaxScoreValidity,
+    /// The limits of one pass (CEL budget, list items).
+    limits: super::limits::Limits,
     /// namespace -> name -> decision
     decisions: ShardedMap<String, ByName<Arc<PlacementDecision>>>,
     /// (namespace, placement label) -> decision names
@@ -414,6 +416,15 @@ impl Snapshot {
 
     pub fn max_score_validity(&self) -> MaxScoreValidity {
         self.max_score_validity
+    }
+
+    /// See [`super::limits::Limits`]; the default is `Limits::default()`.
+    pub fn set_limits(&mut self, limits: super::limits::Limits) {
+        self.limits = limits;
+    }
+
+    pub fn limits(&self) -> super::limits::Limits {
+        self.limits
     }
 
     pub fn remove_score(&mut self, namespace: &str, name: &str) {

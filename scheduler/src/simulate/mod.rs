@@ -8,7 +8,7 @@ pub mod report;
 use jiff::Timestamp;
 
 use crate::core::snapshot::MaxScoreValidity;
-use crate::core::{self, Outcome};
+use crate::core::{self, Limits, Outcome};
 pub use input::{InputError, Objects, Source};
 
 /// One Placement's result (or why it was skipped).
@@ -23,14 +23,23 @@ pub struct Simulated {
 /// `max_score_validity` is the controller's bound on `validUntil`. Files carry no time at
 /// which the scheduler observed a score, so the bound counts from `now`: it never ends a
 /// score at the simulated instant, and a `validUntil` beyond it is noted in the report.
+///
+/// `limits` are the controller's; each placement's CEL time budget counts from its own start.
 pub fn run(
     objects: &Objects,
     now: Timestamp,
     only: &[String],
     max_score_validity: MaxScoreValidity,
+    limits: Limits,
 ) -> Vec<Simulated> {
     let mut snapshot = objects.snapshot();
     snapshot.set_max_score_validity(max_score_validity);
+    snapshot.set_limits(limits);
+    let schedule = |p: &ocm_api::Placement| {
+        let until = std::time::Instant::now() + limits.cel_time;
+        let deadline = || std::time::Instant::now() >= until;
+        core::schedule_with(&snapshot, p, now, &mut (), &deadline)
+    };
     objects
         .placements
         .iter()
@@ -39,7 +48,7 @@ pub fn run(
         })
         .map(|(_, (p, _))| Simulated {
             placement: p.clone(),
-            outcome: (!core::is_disabled(p)).then(|| core::schedule(&snapshot, p, now)),
+            outcome: (!core::is_disabled(p)).then(|| schedule(p)),
         })
         .collect()
 }
@@ -92,7 +101,7 @@ spec:
         .expect("input");
         let now: Timestamp = "2026-06-01T12:00:00Z".parse().expect("now");
         let run_with = |bound| {
-            let results = run(&objects, now, &[], bound);
+            let results = run(&objects, now, &[], bound, Limits::default());
             results[0].outcome.clone().expect("scheduled")
         };
         let o = run_with(MaxScoreValidity::default());

@@ -35,6 +35,15 @@
 //! comprehensions, strings grown by `replace()` and slow-to-compile regular expressions stop at
 //! the limit, and the expression is false even where CEL would absorb the error (`|| true`).
 //!
+//! Upstream stops there, so a selector that spends its whole per-cluster budget costs 10,000
+//! times that on 10,000 clusters. Here the pass has a budget too ([`super::limits`]): the
+//! units of every cluster are drawn from one pool ([`CelSelector::matches_within`]), and the
+//! caller's deadline is looked at between clusters; either running out stops the pass.
+//!
+//! Compiling can fail for a reason that is not the expression's: the compiler thread cannot
+//! start (no memory or address space for its stack, no threads left). That is
+//! [`CompileError::Transient`]: never cached, the controller retries it.
+//!
 //! The only static limits are on size and nesting (100,000 code points, depth 250, like cel-go's
 //! parser), because the parser and the interpreter recurse per level: they keep evaluation
 //! within about 1 MiB of stack in release builds. Compiling runs on a short-lived thread with a
@@ -111,13 +120,26 @@ pub struct CelSelector {
     programs: Vec<Program>,
 }
 
+/// Why expressions did not compile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompileError {
+    /// The expressions are wrong: the same input always fails (cacheable).
+    Invalid(String),
+    /// The compiler could not run (its thread could not start): may pass; never cached.
+    Transient(String),
+}
+
+/// The pass's CEL cost budget ran out while evaluating a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolExhausted;
+
 impl CelSelector {
     /// Compiles every expression; the first invalid one gives
     /// `compilation failed: ERROR: <input>:line:column: message ...` (cel-go's format).
-    pub fn compile(expressions: &[String]) -> Result<CelSelector, String> {
+    pub fn compile(expressions: &[String]) -> Result<CelSelector, CompileError> {
         let runtime = RUNTIME
             .as_ref()
-            .map_err(|e| format!("instantiation failed: {e}"))?;
+            .map_err(|e| CompileError::Invalid(format!("instantiation failed: {e}")))?;
         let programs = if expressions.is_empty() {
             Vec::new()
         } else {
@@ -128,23 +150,45 @@ impl CelSelector {
 
     /// True when every expression evaluates to `true` for `cluster`.
     pub fn matches(&self, cluster: &CelCluster, scores: &dyn ScoreSource) -> bool {
+        let mut unlimited = u64::MAX;
+        self.matches_within(cluster, scores, &mut unlimited)
+            .unwrap_or(false)
+    }
+
+    /// [`CelSelector::matches`], drawing the units spent from `pool`, the budget of the whole
+    /// pass. Each expression still gets at most upstream's per-call limit and the cluster at
+    /// most its per-cluster budget (running out of those makes the cluster not match, as
+    /// upstream); running out of the pool stops the pass: `Err`.
+    pub fn matches_within(
+        &self,
+        cluster: &CelCluster,
+        scores: &dyn ScoreSource,
+        pool: &mut u64,
+    ) -> Result<bool, PoolExhausted> {
         let Ok(runtime) = RUNTIME.as_ref() else {
-            return false; // unreachable: compile() fails first
+            return Ok(false); // unreachable: compile() fails first
         };
         let mut budget = RUNTIME_COST_BUDGET;
         for program in &self.programs {
+            let own_limit = budget.min(PER_CALL_LIMIT);
+            let limit = own_limit.min(*pool);
             let activation = Activation {
                 cluster,
                 scores,
-                meter: Meter::new(budget.min(PER_CALL_LIMIT)),
+                meter: Meter::new(limit),
             };
             let matched = runtime.evaluate(program, &activation);
-            budget = budget.saturating_sub(activation.meter.used());
+            let used = activation.meter.used().min(limit);
+            budget = budget.saturating_sub(used);
+            *pool = pool.saturating_sub(used);
+            if activation.meter.exceeded() && limit < own_limit {
+                return Err(PoolExhausted);
+            }
             if !matched {
-                return false;
+                return Ok(false);
             }
         }
-        true
+        Ok(true)
     }
 }
 
@@ -174,14 +218,20 @@ impl Runtime {
         Ok(Runtime { env, context })
     }
 
-    fn compile_all(&self, sources: &[String]) -> Result<Vec<Program>, String> {
+    fn compile_all(&self, sources: &[String]) -> Result<Vec<Program>, CompileError> {
         for source in sources {
             let size = source.chars().count();
             if size > MAX_SOURCE_SIZE {
-                return Err(format!(
+                return Err(CompileError::Invalid(format!(
                     "compilation failed: ERROR: <input>:-1:0: expression code point size exceeds limit: size: {size}, limit {MAX_SOURCE_SIZE}"
-                ));
+                )));
             }
+        }
+        #[cfg(test)]
+        if tests::FAIL_SPAWN.with(std::cell::Cell::get) {
+            return Err(CompileError::Transient(
+                "cannot start the compiler thread: (test) spawn refused".into(),
+            ));
         }
         // Parsing and checking recurse as deep as an expression nests, and the generated parser
         // uses a lot of stack per level (over 100 KiB per parenthesis in debug builds): run
@@ -194,16 +244,20 @@ impl Runtime {
                     sources
                         .iter()
                         .map(|source| self.compile_on_this_thread(source))
-                        .collect()
+                        .collect::<Result<Vec<_>, String>>()
+                        .map_err(CompileError::Invalid)
                 })
+                // Out of memory, address space or threads: not the expressions' fault.
                 .map_err(|e| {
-                    format!("instantiation failed: cannot start the compiler thread: {e}")
+                    CompileError::Transient(format!("cannot start the compiler thread: {e}"))
                 })?
                 .join()
                 // The parser is generated code we do not control: a panic in it is a compile
                 // error, not a crash.
                 .unwrap_or_else(|_| {
-                    Err("compilation failed: the expression could not be parsed".into())
+                    Err(CompileError::Invalid(
+                        "compilation failed: the expression could not be parsed".into(),
+                    ))
                 })
         })
     }
@@ -326,9 +380,14 @@ fn scores_fn<'c, 'v>(ftx: &mut FunctionContext<'c, 'v>) -> Result<CowVal<'c, 'v>
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    thread_local! {
+        /// Makes this thread's compiles fail as if the compiler thread could not start.
+        pub(crate) static FAIL_SPAWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
 
     /// A cluster with labels, claims, a Kubernetes version and allocatable resources.
     fn test_cluster() -> ManagedCluster {
@@ -380,6 +439,9 @@ mod tests {
                 .map(|e| e.to_string())
                 .collect::<Vec<_>>(),
         )
+        .map_err(|e| match e {
+            CompileError::Invalid(m) | CompileError::Transient(m) => m,
+        })
     }
 
     fn eval_with(expressions: &[&str], source: &dyn ScoreSource) -> bool {

@@ -8,9 +8,9 @@ use ocm_api::cluster::v1beta1::ClusterPredicate;
 use ocm_api::selector::Selector;
 
 use super::DropReason;
-use crate::core::cel::{CelSelector, ScoreSource};
+use crate::core::cel::{CelSelector, CompileError, PoolExhausted, ScoreSource};
 use crate::core::snapshot::ClusterInfo;
-use crate::core::status::Status;
+use crate::core::status::{Code, Status};
 
 pub const NAME: &str = "Predicate";
 
@@ -22,26 +22,31 @@ struct Compiled {
 
 /// Compiled CEL selectors by their expressions. Compiling costs far more than evaluating
 /// (about 130 µs), and the same placements are scheduled again and again; a pure cache of a
-/// pure function, bounded by clearing it when full.
+/// pure function, bounded by clearing it when full. Only deterministic results are cached:
+/// a compiler that could not run says nothing about the expressions.
 type CompiledCel = Result<Arc<CelSelector>, String>;
 static CEL_CACHE: LazyLock<Mutex<HashMap<Vec<String>, CompiledCel>>> =
     LazyLock::new(Mutex::default);
 const CEL_CACHE_LIMIT: usize = 4096;
 
-fn compile_cel(expressions: &[String]) -> Result<Arc<CelSelector>, String> {
+fn compile_cel(expressions: &[String]) -> Result<Arc<CelSelector>, CompileError> {
     if let Ok(cache) = CEL_CACHE.lock()
         && let Some(hit) = cache.get(expressions)
     {
-        return hit.clone();
+        return hit.clone().map_err(CompileError::Invalid);
     }
-    let compiled = CelSelector::compile(expressions).map(Arc::new);
+    let compiled = match CelSelector::compile(expressions) {
+        Ok(c) => Ok(Arc::new(c)),
+        Err(CompileError::Invalid(m)) => Err(m),
+        Err(transient @ CompileError::Transient(_)) => return Err(transient),
+    };
     if let Ok(mut cache) = CEL_CACHE.lock() {
         if cache.len() >= CEL_CACHE_LIMIT {
             cache.clear();
         }
         cache.insert(expressions.to_vec(), compiled.clone());
     }
-    compiled
+    compiled.map_err(CompileError::Invalid)
 }
 
 /// The compiled predicates of one Placement.
@@ -50,7 +55,8 @@ pub struct Predicates {
 }
 
 impl Predicates {
-    /// Compiles every selector; a bad one makes the Placement misconfigured.
+    /// Compiles every selector; a bad one makes the Placement misconfigured, a compiler that
+    /// could not run makes the pass [`Code::Transient`].
     pub fn compile(predicates: &[ClusterPredicate]) -> Result<Self, Status> {
         let bad = |m: String| Status::misconfigured(NAME, m);
         let mut compiled = Vec::with_capacity(predicates.len());
@@ -64,7 +70,10 @@ impl Predicates {
             let cel = if exprs.is_empty() {
                 None
             } else {
-                Some(compile_cel(exprs).map_err(bad)?)
+                Some(compile_cel(exprs).map_err(|e| match e {
+                    CompileError::Invalid(m) => bad(m),
+                    CompileError::Transient(m) => Status::new(Code::Transient, NAME, m),
+                })?)
             };
             compiled.push(Compiled {
                 labels,
@@ -79,10 +88,21 @@ impl Predicates {
         self.compiled.is_empty()
     }
 
-    /// `None` when the cluster passes; otherwise why each predicate refused it.
-    pub fn check(&self, cluster: &ClusterInfo, scores: &dyn ScoreSource) -> Option<DropReason> {
+    /// Whether any predicate has a CEL selector (the pass's CEL budget applies).
+    pub fn has_cel(&self) -> bool {
+        self.compiled.iter().any(|p| p.cel.is_some())
+    }
+
+    /// `None` when the cluster passes; otherwise why each predicate refused it. CEL draws
+    /// from `pool`, the pass's budget; `Err` when it ran out.
+    pub fn check(
+        &self,
+        cluster: &ClusterInfo,
+        scores: &dyn ScoreSource,
+        pool: &mut u64,
+    ) -> Result<Option<DropReason>, PoolExhausted> {
         if self.compiled.is_empty() {
-            return None;
+            return Ok(None);
         }
         let mut misses = Vec::with_capacity(self.compiled.len());
         for (i, p) in self.compiled.iter().enumerate() {
@@ -91,17 +111,17 @@ impl Predicates {
             } else if !p.claims.matches(&cluster.claims) {
                 Some("claimSelector")
             } else if let Some(cel) = &p.cel
-                && !cel.matches(cluster.cel(), scores)
+                && !cel.matches_within(cluster.cel(), scores, pool)?
             {
                 Some("celSelector")
             } else {
                 None
             };
             match miss {
-                None => return None,
+                None => return Ok(None),
                 Some(part) => misses.push((i + 1, part)),
             }
         }
-        Some(DropReason::Predicates(misses))
+        Ok(Some(DropReason::Predicates(misses)))
     }
 }

@@ -3,6 +3,7 @@
 
 mod fixtures;
 mod groups;
+mod limits;
 mod plan;
 mod properties;
 mod scenarios;
