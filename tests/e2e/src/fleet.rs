@@ -330,6 +330,23 @@ impl Fleet {
         .await
     }
 
+    /// The add-on's ClusterManagementAddOn (`lifecycle: self`, so our manager installs it),
+    /// installing through the fleet namespace's Placement `placement`.
+    pub async fn install_addon(&self, placement: &str) -> Result<(), Error> {
+        let addon = ocm_api::wellknown::score::RESOURCE_USAGE_ADDON;
+        testenv::apply(
+            &self.client,
+            &json!({"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ClusterManagementAddOn",
+                "metadata": {"name": addon, "annotations": {"addon.open-cluster-management.io/lifecycle": "self"}},
+                "spec": {"addOnMeta": {"displayName": addon},
+                         "supportedConfigs": [{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs"}],
+                         "installStrategy": {"type": "Placements", "placements": [{"namespace": PLACEMENTS, "name": placement}]}}}),
+            PLACEMENTS,
+        )
+        .await?;
+        Ok(())
+    }
+
     /// The clusters a Placement's decisions name, sorted.
     pub async fn decisions(&self, placement: &str) -> Result<Vec<String>, Error> {
         let api = Api::<PlacementDecision>::namespaced(self.client.clone(), PLACEMENTS);

@@ -21,7 +21,7 @@ use testenv::{ControlPlane, eventually};
 const DEADLINE: Duration = Duration::from_secs(90);
 const SCORES_CRD: &str = "addonplacementscores.cluster.open-cluster-management.io";
 const CMA_CRD: &str = "clustermanagementaddons.addon.open-cluster-management.io";
-const ADDON: &str = "resource-usage-collect";
+const ADDON: &str = ocm_api::wellknown::score::RESOURCE_USAGE_ADDON;
 
 /// Killed when dropped.
 struct Process(&'static str, Child);

@@ -19,7 +19,7 @@ use serde_json::json;
 use testenv::eventually;
 
 const DEADLINE: Duration = Duration::from_secs(90);
-const ADDON: &str = "resource-usage-collect";
+const ADDON: &str = ocm_api::wellknown::score::RESOURCE_USAGE_ADDON;
 /// The agent's default install namespace on a managed cluster.
 const INSTALL_NAMESPACE: &str = "open-cluster-management-agent-addon";
 /// The manager's hub RoleBinding in each cluster namespace.
@@ -46,17 +46,10 @@ async fn clusters_and_placements_named_like_our_objects_do_not_collide() {
     };
     let mut fleet = Fleet::start(&opts).await.expect("the fleet");
     let client = fleet.client.clone();
-    testenv::apply(
-        &client,
-        &json!({"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ClusterManagementAddOn",
-            "metadata": {"name": ADDON, "annotations": {"addon.open-cluster-management.io/lifecycle": "self"}},
-            "spec": {"addOnMeta": {"displayName": ADDON},
-                     "supportedConfigs": [{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs"}],
-                     "installStrategy": {"type": "Placements", "placements": [{"namespace": PLACEMENTS, "name": "all"}]}}}),
-        PLACEMENTS,
-    )
-    .await
-    .expect("the ClusterManagementAddOn");
+    fleet
+        .install_addon("all")
+        .await
+        .expect("the ClusterManagementAddOn");
     // `all` makes `all-decision-1`; a Placement with that very name makes its own.
     fleet
         .placement("all", json!({"clusterSets": ["fleet"]}))

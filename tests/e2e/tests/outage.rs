@@ -32,7 +32,7 @@ const OUTAGE: Duration = Duration::from_secs(60);
 /// How soon after the return work must have resumed: "within seconds", generously (measured
 /// 7 to 9 s on a loaded 2-core machine; with client-go's watch backoff it was 77 s).
 const RESUME: Duration = Duration::from_secs(30);
-const ADDON: &str = "resource-usage-collect";
+const ADDON: &str = ocm_api::wellknown::score::RESOURCE_USAGE_ADDON;
 const LEASES: [&str; 3] = [
     "placement-scheduler",
     "resource-usage-collect-manager",
@@ -95,17 +95,10 @@ async fn a_hub_outage_loses_nothing_and_the_gap_is_relisted() {
         set_score(&client, c, v).await;
     }
     // The add-on installs through the Placement `install` (every cluster).
-    testenv::apply(
-        &client,
-        &json!({"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ClusterManagementAddOn",
-            "metadata": {"name": ADDON, "annotations": {"addon.open-cluster-management.io/lifecycle": "self"}},
-            "spec": {"addOnMeta": {"displayName": ADDON},
-                     "supportedConfigs": [{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs"}],
-                     "installStrategy": {"type": "Placements", "placements": [{"namespace": PLACEMENTS, "name": "install"}]}}}),
-        PLACEMENTS,
-    )
-    .await
-    .expect("the ClusterManagementAddOn");
+    fleet
+        .install_addon("install")
+        .await
+        .expect("the ClusterManagementAddOn");
     let placements = [
         ("install", json!({"clusterSets": ["fleet"]})),
         ("steady", prefer_free_cpu()),
