@@ -183,18 +183,7 @@ async fn hostile_requests_are_never_approved_and_each_is_reported_once() {
     let system = testenv::namespace(&admin, "csr-manager")
         .await
         .expect("namespace");
-    let sa = "resource-usage-hub";
-    let rbac = include_str!("../../charts/ocm-placement/files/manager-rbac.yaml")
-        .replace("{{ADDON}}", ADDON)
-        .replace("{{NAMESPACE}}", &system)
-        .replace("{{SUBJECT}}", sa);
-    testenv::apply_yaml(&admin, &rbac, &system)
-        .await
-        .expect("the manager's RBAC");
-    let dir = std::env::temp_dir().join(format!("hub-csr-test-{system}"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&system, sa)).expect("kubeconfig");
+    let (dir, kubeconfig) = common::as_the_manager(cp, &admin, ADDON, &system).await;
     let log = dir.join("manager.log");
 
     let c1 = cluster_with_addon(&admin, "csr-victim").await;
@@ -527,18 +516,7 @@ async fn deleted_csrs_leave_nothing_behind() {
     let system = testenv::namespace(&admin, "csr-churn-manager")
         .await
         .expect("namespace");
-    let sa = "resource-usage-hub";
-    let rbac = include_str!("../../charts/ocm-placement/files/manager-rbac.yaml")
-        .replace("{{ADDON}}", addon)
-        .replace("{{NAMESPACE}}", &system)
-        .replace("{{SUBJECT}}", sa);
-    testenv::apply_yaml(&admin, &rbac, &system)
-        .await
-        .expect("the manager's RBAC");
-    let dir = std::env::temp_dir().join(format!("hub-csr-test-{system}"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&system, sa)).expect("kubeconfig");
+    let (dir, kubeconfig) = common::as_the_manager(cp, &admin, addon, &system).await;
 
     let cluster = common::accepted_cluster(&admin, "csr-churn").await;
     let mca: ManagedClusterAddOn = serde_json::from_value(json!({

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{MANAGER_ACCOUNT, apply_agent_role, as_the_manager, tempdir};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -1333,12 +1334,6 @@ async fn the_works_manifests_run_the_agent_that_scores_on_the_hub() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn tempdir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hub-manager-test-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
 /// A kubeconfig that authenticates with a service-account token, as in a pod.
 fn token_kubeconfig(cp: &ControlPlane, dir: &Path, token: &str) -> String {
     let ca = dir.join("ca.crt");
@@ -1348,52 +1343,6 @@ fn token_kubeconfig(cp: &ControlPlane, dir: &Path, token: &str) -> String {
         cp.server(),
         ca.display().to_string()
     )
-}
-
-/// The service account the manager binaries run as in these tests, bound to the chart's
-/// manager RBAC for `addon` in `system`.
-const MANAGER_ACCOUNT: &str = "resource-usage-hub";
-
-/// The chart's manager RBAC for [`MANAGER_ACCOUNT`] in `system`, applied; a temp dir for the
-/// test and, in it, a kubeconfig that is that account.
-async fn as_the_manager(
-    cp: &ControlPlane,
-    admin: &Client,
-    addon: &str,
-    system: &str,
-) -> (PathBuf, PathBuf) {
-    apply_manager_rbac(admin, addon, system, MANAGER_ACCOUNT).await;
-    let dir = tempdir(system);
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        cp.kubeconfig_as_service_account(system, MANAGER_ACCOUNT),
-    )
-    .expect("kubeconfig");
-    (dir, kubeconfig)
-}
-
-/// The manager's RBAC (`charts/ocm-placement/files/manager-rbac.yaml`) for `sa` in `ns`, and
-/// the agent's ClusterRole it binds, applied as the chart installs them.
-async fn apply_manager_rbac(client: &Client, addon: &str, ns: &str, sa: &str) {
-    let text = include_str!("../../charts/ocm-placement/files/manager-rbac.yaml")
-        .replace("{{ADDON}}", addon)
-        .replace("{{NAMESPACE}}", ns)
-        .replace("{{SUBJECT}}", sa);
-    testenv::apply_yaml(client, &text, ns)
-        .await
-        .expect("the manager's RBAC");
-    apply_agent_role(client, addon).await;
-}
-
-/// The agent's hub ClusterRole (`charts/ocm-placement/files/agent-hub-rbac.yaml`), which the
-/// chart installs with the manager and the manager binds per cluster.
-async fn apply_agent_role(client: &Client, addon: &str) {
-    let text = include_str!("../../charts/ocm-placement/files/agent-hub-rbac.yaml")
-        .replace("{{ADDON}}", addon);
-    testenv::apply_yaml(client, &text, "default")
-        .await
-        .expect("the agent's ClusterRole");
 }
 
 /// A RoleBinding's subjects as (kind, name).

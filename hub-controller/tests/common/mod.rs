@@ -1,10 +1,13 @@
 //! What the hub crate's integration tests share.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
+
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use ocm_api::ManagedCluster;
 use serde_json::json;
+use testenv::ControlPlane;
 
 /// A managed cluster the hub accepts, with its namespace (named from `prefix`); its name.
 pub async fn accepted_cluster(client: &Client, prefix: &str) -> String {
@@ -46,4 +49,57 @@ pub async fn allow_csr_create(client: &Client, name: &str, kind: &str, subject: 
         .patch(name, &pp, &Patch::Apply(&binding))
         .await
         .expect("clusterrolebinding");
+}
+
+/// A temp dir for one test, named from `tag`.
+pub fn tempdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hub-manager-test-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// The service account the manager binaries run as in these tests, bound to the chart's
+/// manager RBAC for `addon` in `system`.
+pub const MANAGER_ACCOUNT: &str = "resource-usage-hub";
+
+/// The chart's manager RBAC for [`MANAGER_ACCOUNT`] in `system`, applied; a temp dir for the
+/// test and, in it, a kubeconfig that is that account.
+pub async fn as_the_manager(
+    cp: &ControlPlane,
+    admin: &Client,
+    addon: &str,
+    system: &str,
+) -> (PathBuf, PathBuf) {
+    apply_manager_rbac(admin, addon, system, MANAGER_ACCOUNT).await;
+    let dir = tempdir(system);
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        cp.kubeconfig_as_service_account(system, MANAGER_ACCOUNT),
+    )
+    .expect("kubeconfig");
+    (dir, kubeconfig)
+}
+
+/// The manager's RBAC (`charts/ocm-placement/files/manager-rbac.yaml`) for `sa` in `ns`, and
+/// the agent's ClusterRole it binds, applied as the chart installs them.
+pub async fn apply_manager_rbac(client: &Client, addon: &str, ns: &str, sa: &str) {
+    let text = include_str!("../../../charts/ocm-placement/files/manager-rbac.yaml")
+        .replace("{{ADDON}}", addon)
+        .replace("{{NAMESPACE}}", ns)
+        .replace("{{SUBJECT}}", sa);
+    testenv::apply_yaml(client, &text, ns)
+        .await
+        .expect("the manager's RBAC");
+    apply_agent_role(client, addon).await;
+}
+
+/// The agent's hub ClusterRole (`charts/ocm-placement/files/agent-hub-rbac.yaml`), which the
+/// chart installs with the manager and the manager binds per cluster.
+pub async fn apply_agent_role(client: &Client, addon: &str) {
+    let text = include_str!("../../../charts/ocm-placement/files/agent-hub-rbac.yaml")
+        .replace("{{ADDON}}", addon);
+    testenv::apply_yaml(client, &text, "default")
+        .await
+        .expect("the agent's ClusterRole");
 }
