@@ -160,23 +160,37 @@ fn replace_file(path: &std::path::Path, contents: &[u8]) {
 /// The fingerprint of the certificate a new TLS connection to `addr` is served, after a
 /// request on it succeeded.
 async fn served(addr: SocketAddr, trusted: &[&rcgen::CertifiedKey<rcgen::KeyPair>]) -> String {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in trusted {
-        roots.add(c.cert.der().clone()).unwrap();
+    let tls = tls_connect(addr, trusted.iter().map(|c| c.cert.der().clone())).await;
+    let certificate = fingerprint(&tls.get_ref().1.peer_certificates().unwrap()[0]);
+    assert_eq!(get_root(tls).await, StatusCode::OK);
+    certificate
+}
+
+/// A TLS connection to `addr` that trusts `roots`.
+async fn tls_connect(
+    addr: SocketAddr,
+    roots: impl IntoIterator<Item = CertificateDer<'static>>,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut store = rustls::RootCertStore::empty();
+    for c in roots {
+        store.add(c).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
-        .with_root_certificates(roots)
+        .with_root_certificates(store)
         .with_no_client_auth();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let name = rustls_pki_types::ServerName::IpAddress(addr.ip().into());
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
-        .unwrap();
-    let certificate = fingerprint(&tls.get_ref().1.peer_certificates().unwrap()[0]);
+        .unwrap()
+}
+
+/// `GET /` on `tls`: the status.
+async fn get_root(tls: tokio_rustls::client::TlsStream<TcpStream>) -> StatusCode {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .unwrap();
@@ -185,9 +199,7 @@ async fn served(addr: SocketAddr, trusted: &[&rcgen::CertifiedKey<rcgen::KeyPair
         .header(http::header::HOST, "127.0.0.1")
         .body(Empty::<Bytes>::new())
         .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    certificate
+    sender.send_request(req).await.unwrap().status()
 }
 
 /// The serving certificate follows its files: replaced or rewritten pairs reach new
@@ -339,29 +351,7 @@ async fn hold_many(addr: SocketAddr, n: usize, tls: bool) -> Vec<TcpStream> {
 
 /// A GET over a new TLS connection that trusts `certificate`: the status.
 async fn tls_get(addr: SocketAddr, certificate: &CertificateDer<'static>) -> StatusCode {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(certificate.clone()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let name = rustls_pki_types::ServerName::IpAddress(addr.ip().into());
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = Request::get("/")
-        .header(http::header::HOST, "127.0.0.1")
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    sender.send_request(req).await.unwrap().status()
+    get_root(tls_connect(addr, [certificate.clone()]).await).await
 }
 
 /// A metrics port (plain) and a TLS port, both with `limits`, stopped when `stop` is dropped.
