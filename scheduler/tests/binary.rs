@@ -4,7 +4,8 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -31,17 +32,21 @@ async fn get(url: &str) -> Option<(u16, String)> {
     Some((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
-#[tokio::test]
-async fn the_controller_binary_schedules_and_stops_on_sigterm() {
-    let hub = Hub::without_controller("pl-bin").await;
-    hub.clusters(&["a", "b"], json!({})).await;
+/// The controller binary as the control plane's admin, for `hub`'s namespace, without leader
+/// election or debug endpoint, its stderr where `stderr` says (given the test's temp dir): the
+/// temp dir, the metrics port and the process.
+async fn admin_controller(
+    hub: &Hub,
+    tag: &str,
+    stderr: impl FnOnce(&Path) -> Stdio,
+) -> (PathBuf, u16, Child) {
     let cp = testenv::shared().await;
-    let dir = std::env::temp_dir().join(format!("pl-bin-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     cp.write_kubeconfig(&kubeconfig).unwrap();
     let metrics = testenv::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
+    let child = Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
         .args([
             "controller",
             "--leader-elect=false",
@@ -53,9 +58,17 @@ async fn the_controller_binary_schedules_and_stops_on_sigterm() {
         .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
         .args(["--namespaces", &hub.ns, "--log-format", "json"])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(stderr(&dir))
         .spawn()
         .unwrap();
+    (dir, metrics, child)
+}
+
+#[tokio::test]
+async fn the_controller_binary_schedules_and_stops_on_sigterm() {
+    let hub = Hub::without_controller("pl-bin").await;
+    hub.clusters(&["a", "b"], json!({})).await;
+    let (dir, metrics, mut child) = admin_controller(&hub, "pl-bin", |_| Stdio::piped()).await;
     let base = format!("http://127.0.0.1:{metrics}");
     eventually("/readyz to be 200", || async {
         get(&format!("{base}/readyz"))
@@ -218,28 +231,13 @@ async fn a_transient_cel_compile_failure_keeps_the_decisions_and_recovers() {
     let hub = Hub::without_controller("pl-celtr").await;
     hub.clusters(&["a", "b"], json!({})).await;
     let (a, b) = (hub.cluster_name("a"), hub.cluster_name("b"));
-    let cp = testenv::shared().await;
-    let dir = std::env::temp_dir().join(format!("pl-celtr-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    cp.write_kubeconfig(&kubeconfig).unwrap();
+    let (dir, metrics, mut child) = admin_controller(&hub, "pl-celtr", |dir| {
+        std::fs::File::create(dir.join("stderr.log"))
+            .unwrap()
+            .into()
+    })
+    .await;
     let log = dir.join("stderr.log");
-    let metrics = testenv::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
-        .args([
-            "controller",
-            "--leader-elect=false",
-            "--debug-bind-address",
-            "",
-        ])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
-        .args(["--namespaces", &hub.ns, "--log-format", "json"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
     let pid = child.id();
     let base = format!("http://127.0.0.1:{metrics}");
     let cel = |expression: String| json!({"predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": [expression]}}}]});
