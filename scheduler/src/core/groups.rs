@@ -7,17 +7,34 @@
 //! 100 clusters named `<placement>-decision-<k>`, k counting from 1 across groups.
 //!
 //! Upstream recomputes that layout on every pass, so one cluster joining can shift others
-//! into other groups and objects. Here a cluster that stays selected keeps its group and its
-//! PlacementDecision for as long as it still belongs to that group's class (the named group
-//! whose selector it matches first, or the unnamed rest) and the group is not over its size:
-//! - newcomers fill the class's groups that have room, the most recent group first (seed
-//!   003's "special case handling"), then open new groups;
-//! - inside a group, newcomers fill its objects that have room, then new objects take the
-//!   lowest free `k`;
-//! - a group that shrinks to nothing disappears and the later groups' indices move down;
-//! - when `clustersPerDecisionGroup` shrinks, a group keeps its first clusters by name and the
-//!   rest are placed again as newcomers.
+//! into other groups and objects. Here the previous layout is kept for as long as it still
+//! satisfies the spec, and changed as little as possible when it does not.
+//!
+//! A cluster's class is the named group whose selector it matches first, or the unnamed rest;
+//! `size` is `clustersPerDecisionGroup` resolved against the selected count. A layout
+//! satisfies the spec when:
+//! - every group holds clusters of one class only, and at most `size` of them;
+//! - a class with `m` clusters has exactly `ceil(m / size)` groups: no two of its groups
+//!   could be merged within the size (upstream's fresh layout has that count too);
+//! - groups are numbered 0, 1, ... with the classes in spec order and the unnamed rest last;
+//! - a group with `n` clusters is held in exactly `ceil(n / 100)` PlacementDecisions, none
+//!   over 100 (objects are filled before new ones are opened).
+//!
+//! Each pass builds the layout class by class, and inside a group object by object, with one
+//! rule at both levels: of the previous containers (the class's previous groups, then the
+//! group's previous objects), keep as many as the minimal count allows, the ones holding the
+//! most of their current clusters first (lower index or `k` first on ties); a kept group over
+//! `size` keeps its first clusters by name. Every other cluster (newcomers, clusters whose
+//! class changed or whose container was not kept, the overflow) is placed in name order into
+//! the room left: the class's groups most recent first (seed 003's "special case handling"),
+//! then new groups; inside a group, its objects in `k` order, then new objects taking the
+//! lowest free `k`. Because the kept containers are the fullest and the rest fill room before
+//! opening anything, the counts come out minimal; and a layout that already satisfies the spec
+//! keeps every container and every cluster, so nothing moves: a cluster leaving only moves
+//! others when the class (or group) then needs fewer groups (or objects). Groups are renumbered
+//! contiguously in that order, so the later indices move down when one disappears.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -72,12 +89,6 @@ pub fn group_length(value: Option<&IntOrString>, total: usize) -> Result<usize, 
     })
 }
 
-/// Where a cluster was before this pass.
-struct Previous {
-    group: i64,
-    decision: String,
-}
-
 /// The `k` of `<placement>-decision-<k>`, if the name has that shape.
 pub fn decision_number(placement: &str, name: &str) -> Option<u32> {
     let k = name.strip_prefix(placement)?.strip_prefix("-decision-")?;
@@ -91,8 +102,172 @@ pub fn decision_name(placement: &str, k: u32) -> String {
     format!("{placement}-decision-{k}")
 }
 
+/// The previous layout, read from this placement's PlacementDecisions.
+#[derive(Default)]
+struct Previous<'a> {
+    /// group index -> (group name, its decision names in `k` order)
+    groups: BTreeMap<i64, (String, Vec<String>)>,
+    /// cluster -> (group index, position of its object in that group's list)
+    home: HashMap<&'a str, (i64, usize)>,
+}
+
+impl<'a> Previous<'a> {
+    /// Objects named like ours with a readable group index; the rest is ignored.
+    fn read(placement: &str, existing: &[&'a PlacementDecision]) -> Self {
+        let mut prev = Previous::default();
+        let mut sorted: Vec<(u32, &PlacementDecision)> = existing
+            .iter()
+            .filter_map(|d| Some((decision_number(placement, d.metadata.name.as_deref()?)?, *d)))
+            .collect();
+        sorted.sort_by_key(|(k, _)| *k);
+        for (k, d) in sorted {
+            let labels = d.metadata.labels.as_ref();
+            let Some(index) = labels
+                .and_then(|l| l.get(label::DECISION_GROUP_INDEX))
+                .and_then(|v| v.parse::<i64>().ok())
+            else {
+                continue;
+            };
+            let name = labels
+                .and_then(|l| l.get(label::DECISION_GROUP_NAME))
+                .cloned()
+                .unwrap_or_default();
+            let entry = prev
+                .groups
+                .entry(index)
+                .or_insert_with(|| (name.clone(), Vec::new()));
+            if entry.0 != name {
+                continue; // two objects disagree on the group's name: trust the first
+            }
+            let position = entry.1.len();
+            entry.1.push(decision_name(placement, k));
+            for e in decision_entries(d).take(MAX_DECISIONS_PER_OBJECT) {
+                prev.home
+                    .entry(e.cluster_name.as_str())
+                    .or_insert((index, position));
+            }
+        }
+        prev
+    }
+}
+
+/// A group being laid out.
+struct Building {
+    name: String,
+    /// Its objects: a kept name (or `None` for one to be named later) and the clusters kept in it.
+    objects: Vec<(Option<String>, Vec<Name>)>,
+    /// Clusters joining the group, not yet in an object.
+    incoming: Vec<Name>,
+}
+
+impl Building {
+    fn new(name: &str) -> Self {
+        Building {
+            name: name.to_owned(),
+            objects: Vec::new(),
+            incoming: Vec::new(),
+        }
+    }
+    fn count(&self) -> usize {
+        self.objects.iter().map(|(_, cs)| cs.len()).sum::<usize>() + self.incoming.len()
+    }
+}
+
+/// Which of `sizes` (clusters kept per container, in index order) stay: at most `limit`, the
+/// fullest first, lower index first on ties; never an empty one.
+fn keep_fullest(sizes: &[usize], limit: usize) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..sizes.len()).filter(|&i| sizes[i] > 0).collect();
+    order.sort_by_key(|&i| (Reverse(sizes[i]), i));
+    let mut kept = vec![false; sizes.len()];
+    for i in order.into_iter().take(limit) {
+        kept[i] = true;
+    }
+    kept
+}
+
+/// One class's groups: the previous groups worth keeping, then the rest placed into room.
+/// `members` are in name order; `claimed` holds the previous groups another class kept.
+fn layout_class(
+    class_name: &str,
+    members: &[&ClusterInfo],
+    size: usize,
+    prev: &Previous<'_>,
+    claimed: &mut HashSet<i64>,
+) -> Vec<Building> {
+    let mut candidates: Vec<(i64, Building)> = prev
+        .groups
+        .iter()
+        .filter(|(i, (n, _))| n == class_name && !claimed.contains(i))
+        .map(|(i, (n, ds))| {
+            let mut b = Building::new(n);
+            b.objects = ds.iter().map(|d| (Some(d.clone()), Vec::new())).collect();
+            (*i, b)
+        })
+        .collect();
+    let mut rest: Vec<Name> = Vec::new();
+    for c in members {
+        let home = prev.home.get(&*c.name).and_then(|(group, object)| {
+            let (_, b) = candidates.iter_mut().find(|(i, _)| i == group)?;
+            (b.count() < size).then_some((b, *object))
+        });
+        match home {
+            Some((b, object)) => b.objects[object].1.push(c.name.clone()),
+            None => rest.push(c.name.clone()),
+        }
+    }
+
+    let sizes: Vec<usize> = candidates.iter().map(|(_, b)| b.count()).collect();
+    let keep = keep_fullest(&sizes, members.len().div_ceil(size.max(1)));
+    let mut groups = Vec::new();
+    for ((i, b), keep) in candidates.into_iter().zip(keep) {
+        if keep {
+            claimed.insert(i);
+            groups.push(b);
+        } else {
+            rest.extend(b.objects.into_iter().flat_map(|(_, cs)| cs));
+        }
+    }
+    rest.sort();
+
+    let mut rest = rest.into_iter().peekable();
+    for b in groups.iter_mut().rev() {
+        while b.count() < size {
+            let Some(c) = rest.next() else { break };
+            b.incoming.push(c);
+        }
+    }
+    while rest.peek().is_some() {
+        let mut b = Building::new(class_name);
+        b.incoming.extend(rest.by_ref().take(size));
+        groups.push(b);
+    }
+    groups
+}
+
+/// A group's objects: the fullest previous ones its count allows, then the rest placed into
+/// room, in name order.
+fn settle_objects(b: &mut Building) {
+    let needed = b.count().div_ceil(MAX_DECISIONS_PER_OBJECT);
+    let sizes: Vec<usize> = b.objects.iter().map(|(_, cs)| cs.len()).collect();
+    let keep = keep_fullest(&sizes, needed);
+    let mut rest = std::mem::take(&mut b.incoming);
+    let mut objects = Vec::with_capacity(needed);
+    for (object, keep) in std::mem::take(&mut b.objects).into_iter().zip(keep) {
+        if keep {
+            objects.push(object);
+        } else {
+            rest.extend(object.1);
+        }
+    }
+    rest.sort();
+    for c in rest {
+        place(&mut objects, c);
+    }
+    b.objects = objects;
+}
+
 /// Builds the groups for `selected` (any order), keeping what `existing` (this placement's
-/// current PlacementDecisions) already says where it can.
+/// current PlacementDecisions) already says where the spec allows (see the module header).
 ///
 /// A bad `clustersPerDecisionGroup` yields no groups at all. A bad group selector yields the
 /// groups of the named groups before it and nothing else (upstream returns what it has built
@@ -104,7 +279,7 @@ pub fn build(
     existing: &[&PlacementDecision],
 ) -> (Vec<Group>, Option<Status>) {
     let total = selected.len();
-    let length = match group_length(strategy.clusters_per_decision_group.as_ref(), total) {
+    let size = match group_length(strategy.clusters_per_decision_group.as_ref(), total) {
         Ok(l) => l,
         Err(st) => return (Vec::new(), Some(st)),
     };
@@ -127,43 +302,6 @@ pub fn build(
         }
     }
 
-    // The previous layout, from objects named like ours with a readable group index.
-    let mut previous: HashMap<&str, Previous> = HashMap::new();
-    // group index -> (group name, decision names in k order)
-    let mut previous_groups: BTreeMap<i64, (String, Vec<(u32, String)>)> = BTreeMap::new();
-    let mut sorted_existing: Vec<(u32, &PlacementDecision)> = existing
-        .iter()
-        .filter_map(|d| Some((decision_number(placement, d.metadata.name.as_deref()?)?, *d)))
-        .collect();
-    sorted_existing.sort_by_key(|(k, _)| *k);
-    for (k, d) in sorted_existing {
-        let labels = d.metadata.labels.as_ref();
-        let Some(index) = labels
-            .and_then(|l| l.get(label::DECISION_GROUP_INDEX))
-            .and_then(|v| v.parse::<i64>().ok())
-        else {
-            continue;
-        };
-        let name = labels
-            .and_then(|l| l.get(label::DECISION_GROUP_NAME))
-            .cloned()
-            .unwrap_or_default();
-        let decision = decision_name(placement, k);
-        let entry = previous_groups
-            .entry(index)
-            .or_insert_with(|| (name.clone(), Vec::new()));
-        if entry.0 != name {
-            continue; // two objects disagree on the group's name: trust the first
-        }
-        entry.1.push((k, decision.clone()));
-        for e in decision_entries(d).take(MAX_DECISIONS_PER_OBJECT) {
-            previous.entry(e.cluster_name.as_str()).or_insert(Previous {
-                group: index,
-                decision: decision.clone(),
-            });
-        }
-    }
-
     // Classes: named groups in spec order (first match wins), then the unnamed rest.
     let mut classes: Vec<Vec<&ClusterInfo>> = vec![Vec::new(); named.len() + 1];
     let class_count = if broken.is_some() {
@@ -181,112 +319,31 @@ pub fn build(
         classes[class].push(c);
     }
 
-    struct Building {
-        name: String,
-        /// decision name -> clusters (None for objects to be named later)
-        slices: Vec<(Option<String>, Vec<Name>)>,
-        count: usize,
-    }
+    let prev = Previous::read(placement, existing);
+    let mut claimed: HashSet<i64> = HashSet::new();
     let mut built: Vec<Building> = Vec::new();
-    let mut claimed_groups: HashSet<i64> = HashSet::new();
     for (class, members) in classes.iter().enumerate().take(class_count) {
         let class_name = named.get(class).map_or("", |(n, _, _)| *n);
-        // This class's previous groups, in index order.
-        let mut mine: Vec<(i64, Building)> = previous_groups
-            .iter()
-            .filter(|(i, (n, _))| n == class_name && !claimed_groups.contains(i))
-            .map(|(i, (n, ds))| {
-                (
-                    *i,
-                    Building {
-                        name: n.clone(),
-                        slices: ds
-                            .iter()
-                            .map(|(_, d)| (Some(d.clone()), Vec::new()))
-                            .collect(),
-                        count: 0,
-                    },
-                )
-            })
-            .collect();
-        let mut newcomers: Vec<&ClusterInfo> = Vec::new();
-        for c in members {
-            let home = previous.get(&*c.name).and_then(|p| {
-                let g = mine.iter_mut().find(|(i, _)| *i == p.group)?;
-                let s =
-                    g.1.slices
-                        .iter_mut()
-                        .find(|(d, _)| d.as_deref() == Some(p.decision.as_str()))?;
-                Some((g.1.count < length).then_some(()).map(|_| {
-                    s.1.push(c.name.clone());
-                    g.1.count += 1;
-                }))
-            });
-            if !matches!(home, Some(Some(()))) {
-                newcomers.push(c);
-            }
-        }
-        for (i, g) in &mine {
-            if g.count > 0 {
-                claimed_groups.insert(*i);
-            }
-        }
-        let mut groups: Vec<Building> = mine
-            .into_iter()
-            .map(|(_, g)| g)
-            .filter(|g| g.count > 0)
-            .collect();
-        let mut newcomers = newcomers.into_iter().peekable();
-        // Fill groups with room, most recent first.
-        for g in groups.iter_mut().rev() {
-            while g.count < length {
-                let Some(c) = newcomers.next() else { break };
-                place(&mut g.slices, c.name.clone());
-                g.count += 1;
-            }
-        }
-        // Then new groups.
-        while newcomers.peek().is_some() {
-            let mut g = Building {
-                name: class_name.to_owned(),
-                slices: Vec::new(),
-                count: 0,
-            };
-            while g.count < length {
-                let Some(c) = newcomers.next() else { break };
-                place(&mut g.slices, c.name.clone());
-                g.count += 1;
-            }
-            groups.push(g);
-        }
-        built.extend(groups);
+        built.extend(layout_class(class_name, members, size, &prev, &mut claimed));
     }
     if built.is_empty() && broken.is_none() {
-        built.push(Building {
-            name: String::new(),
-            slices: Vec::new(),
-            count: 0,
-        });
+        built.push(Building::new(""));
     }
 
     // Name the objects: kept ones keep their names, new ones take the lowest free k.
     let mut used: HashSet<String> = HashSet::new();
-    for g in &mut built {
-        g.slices.retain(|(d, cs)| d.is_none() || !cs.is_empty());
-        if g.slices.is_empty() {
-            g.slices.push((None, Vec::new()));
+    for b in &mut built {
+        settle_objects(b);
+        if b.objects.is_empty() {
+            b.objects.push((None, Vec::new()));
         }
-        for (d, _) in &g.slices {
-            if let Some(d) = d {
-                used.insert(d.clone());
-            }
-        }
+        used.extend(b.objects.iter().filter_map(|(d, _)| d.clone()));
     }
     let mut next = 1u32;
     let mut groups = Vec::with_capacity(built.len());
-    for (index, g) in built.into_iter().enumerate() {
-        let mut slices = Vec::with_capacity(g.slices.len());
-        for (d, mut clusters) in g.slices {
+    for (index, b) in built.into_iter().enumerate() {
+        let mut slices = Vec::with_capacity(b.objects.len());
+        for (d, mut clusters) in b.objects {
             let name = match d {
                 Some(d) => d,
                 None => loop {
@@ -300,9 +357,11 @@ pub fn build(
             clusters.sort();
             slices.push(Slice { name, clusters });
         }
+        // In `k` order, as the next pass reads them back (and as upstream numbers them).
+        slices.sort_by_key(|s| decision_number(placement, &s.name));
         groups.push(Group {
             index,
-            name: g.name,
+            name: b.name,
             slices,
         });
     }

@@ -1,11 +1,12 @@
 //! Table tests of the core: upstream's worked vectors and unit scenarios, the seeds'
-//! examples, groups, write ordering, and property tests.
+//! examples, groups (and regrouping when the spec changes), write ordering, and property tests.
 
 mod fixtures;
 mod groups;
 mod limits;
 mod plan;
 mod properties;
+mod regroup;
 mod scenarios;
 mod seeds;
 mod spread;
