@@ -1284,3 +1284,82 @@ async fn a_placement_past_its_cel_budget_keeps_its_decisions_and_others_schedule
     )
     .await;
 }
+
+/// Issue 17: the groups left from `clustersPerDecisionGroup: 2` merge once the Placement asks
+/// for the default size (one group), in the status and on the PlacementDecisions' labels.
+#[tokio::test]
+async fn decision_groups_merge_when_the_size_grows() {
+    let hub = Hub::new("pl-regroup").await;
+    hub.clusters(&["c1", "c2", "c3", "c4"], json!({})).await;
+    hub.placement(
+        "p",
+        json!({"decisionStrategy": {"groupStrategy": {"clustersPerDecisionGroup": 2}}}),
+    )
+    .await;
+    // (index, name, decisions, clusters) per group in the status, and (name, index label,
+    // group name label, clusters) per PlacementDecision.
+    let layout = || async {
+        let groups: Vec<(i32, String, Vec<String>, i32)> = hub
+            .get_placement("p")
+            .await
+            .status
+            .unwrap_or_default()
+            .decision_groups
+            .into_iter()
+            .map(|g| {
+                (
+                    g.decision_group_index,
+                    g.decision_group_name,
+                    g.decisions,
+                    g.clusters_count,
+                )
+            })
+            .collect();
+        let decisions: Vec<(String, String, String, usize)> = hub
+            .decisions("p")
+            .await
+            .into_iter()
+            .map(|d| {
+                let labels = d.metadata.labels.unwrap_or_default();
+                let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+                (
+                    d.metadata.name.unwrap_or_default(),
+                    label("cluster.open-cluster-management.io/decision-group-index"),
+                    label("cluster.open-cluster-management.io/decision-group-name"),
+                    d.status.map_or(0, |s| s.decisions.len()),
+                )
+            })
+            .collect();
+        (groups, decisions)
+    };
+    let s = String::new;
+    let two = (
+        vec![
+            (0, s(), vec!["p-decision-1".to_string()], 2),
+            (1, s(), vec!["p-decision-2".to_string()], 2),
+        ],
+        vec![
+            ("p-decision-1".to_string(), "0".to_string(), s(), 2),
+            ("p-decision-2".to_string(), "1".to_string(), s(), 2),
+        ],
+    );
+    eventually("two groups of two", || async {
+        (layout().await == two).then_some(())
+    })
+    .await;
+
+    hub.patch_placement(
+        "p",
+        json!({"spec": {"decisionStrategy": {"groupStrategy": {"clustersPerDecisionGroup": null}}}}),
+    )
+    .await;
+    let one = (
+        vec![(0, s(), vec!["p-decision-1".to_string()], 4)],
+        vec![("p-decision-1".to_string(), "0".to_string(), s(), 4)],
+    );
+    eventually("one group of four", || async {
+        (layout().await == one).then_some(())
+    })
+    .await;
+    assert_eq!(hub.chosen("p").await, ["c1", "c2", "c3", "c4"]);
+}
