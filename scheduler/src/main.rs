@@ -121,9 +121,18 @@ struct ControllerArgs {
     /// Reschedule every placement this often even without events (e.g. 10m).
     #[arg(long, env = "RESYNC_PERIOD", default_value = "10m", value_parser = ocm_runtime::leader::parse_duration)]
     resync_period: Duration,
-    /// How long an event waits before its placements are scheduled, so that bursts coalesce.
-    #[arg(long, env = "EVENT_DEBOUNCE", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
+    /// A trailing delay for every event before its placements are scheduled (e.g. 100ms:
+    /// fewer passes, that much more latency). 0s, the default: the first event for an idle
+    /// placement schedules it at once (bursts are spaced by --min-pass-interval).
+    #[arg(long, env = "EVENT_DEBOUNCE", default_value = "0s", value_parser = ocm_runtime::leader::parse_duration)]
     event_debounce: Duration,
+    /// In a burst (two or more events for a placement since its last pass started), its
+    /// next pass starts no sooner than this after the last one started, and so on while
+    /// events keep coming: a thousand score updates in a second cost about ten passes at
+    /// 100ms. A lone event is never delayed by it. 0s: no spacing (events that arrive while
+    /// a placement is queued or being scheduled still coalesce into one more pass).
+    #[arg(long, env = "MIN_PASS_INTERVAL", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
+    min_pass_interval: Duration,
     /// How long placements using Balance wait after other placements' decisions moved (at
     /// most one such reschedule per placement per this period, so placements do not chase
     /// each other).
@@ -295,7 +304,10 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
         workers: args.workers,
         resync: args.resync_period,
         namespaces: args.namespaces,
-        debounce: args.event_debounce,
+        pacing: controller::queue::Pacing {
+            debounce: args.event_debounce,
+            spacing: args.min_pass_interval,
+        },
         balance_delay: args.balance_delay,
         leader,
     };

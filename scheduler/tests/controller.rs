@@ -1363,3 +1363,84 @@ async fn decision_groups_merge_when_the_size_grows() {
     .await;
     assert_eq!(hub.chosen("p").await, ["c1", "c2", "c3", "c4"]);
 }
+
+/// Issue 22 items 1 and 3, with the controller's default pacing: a burst of 1,000 score
+/// updates for one placement costs about one pass per `--min-pass-interval` (100 ms) while it
+/// lasts, the decision ends on the last update's best cluster, and the queue then says it is
+/// settled: nothing ready, deferred or processing, only the scores' expiry waiting.
+#[tokio::test]
+async fn a_burst_costs_few_passes_and_the_queue_says_when_it_is_settled() {
+    use placement_scheduler::controller::metrics::{QueueLabels, ResultLabels};
+    use placement_scheduler::controller::queue::{DEFERRED, PROCESSING, Pacing, READY, WAITING};
+
+    let hub = Hub::new("pl-pacing").await;
+    let metrics = hub.controller.as_ref().unwrap().handle.metrics.clone();
+    let passes = || {
+        ["success", "warning"]
+            .iter()
+            .map(|r| {
+                metrics
+                    .schedules
+                    .get_or_create(&ResultLabels {
+                        result: r.to_string(),
+                    })
+                    .get()
+            })
+            .sum::<u64>()
+    };
+    let depth = |state: &'static str| {
+        metrics
+            .queue_depth
+            .get_or_create(&QueueLabels { state })
+            .get()
+    };
+    let settled =
+        || async { ([READY, DEFERRED, PROCESSING].map(depth) == [0, 0, 0]).then_some(()) };
+
+    let names = hub.clusters(&["a", "b", "c", "d", "e"], json!({})).await;
+    // Valid for an hour: the placement waits for their expiry (a requeue) once scheduled.
+    let valid_until = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    for n in &names {
+        hub.score(n, "demo", &[("demo", 0)], Some(&valid_until))
+            .await;
+    }
+    hub.placement("p", json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1}]}})).await;
+    hub.expect("p", &["a"]).await;
+    eventually("the queue to settle after the first pass", settled).await;
+    assert_eq!(depth(WAITING), 1, "the scores' expiry is a requeue");
+
+    let before = passes();
+    let started = Instant::now();
+    // 1,000 score updates, 50 at a time; the last one makes e the best.
+    let writes: Vec<(String, i32)> = (0..1000)
+        .map(|i| (names[i % 4].clone(), (i % 50) as i32))
+        .collect();
+    for chunk in writes.chunks(50) {
+        let futs = chunk.iter().map(|(c, v)| {
+            let (hub, valid_until) = (&hub, &valid_until);
+            async move {
+                hub.score(c, "demo", &[("demo", *v)], Some(valid_until))
+                    .await
+            }
+        });
+        futures::future::join_all(futs).await;
+    }
+    hub.score(&names[4], "demo", &[("demo", 100)], Some(&valid_until))
+        .await;
+    hub.expect("p", &["e"]).await;
+    eventually("the queue to settle after the burst", settled).await;
+    let lasted = started.elapsed();
+    let spent = passes() - before;
+    eprintln!("1,001 score updates over {lasted:?}: {spent} passes");
+    // At most the first pass, one per spacing while the burst lasted, and the one after it.
+    // (A bound on the count for however long the burst took, not on its speed.)
+    let spacing = Pacing::DEFAULT.spacing;
+    let bound = 2 + (lasted.as_millis() / spacing.as_millis()) as u64;
+    assert!(spent <= bound, "{spent} passes for a burst of {lasted:?}");
+    assert!(spent >= 1);
+    assert_eq!(depth(WAITING), 1, "only the scores' expiry is left");
+    assert_eq!(hub.chosen("p").await, ["e"]);
+}

@@ -64,11 +64,20 @@ pub struct CacheLabels {
     pub cache: &'static str,
 }
 
+/// `state` of `placement_queue_depth`: `ready` (waits for a worker), `deferred` (an event's
+/// pass held back by the debounce or the burst spacing), `waiting` (a requeue at a future
+/// time: a score's or toleration's expiry, a backoff), `processing` (being scheduled).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub state: &'static str,
+}
+
 pub struct Metrics {
     pub scheduling_duration: Histogram,
     pub plugin_duration: Family<PluginLabels, Histogram>,
     pub schedules: Family<ResultLabels, Counter>,
-    pub queue_depth: Gauge,
+    /// Set by the queue on every change (see [`QueueLabels`]).
+    pub queue_depth: Family<QueueLabels, Gauge>,
     pub api_writes: Family<WriteLabels, Counter>,
     pub store_objects: Family<KindLabels, Gauge>,
     pub watch_errors: Family<KindLabels, Counter>,
@@ -87,7 +96,7 @@ impl Metrics {
             scheduling_duration: seconds_histogram(),
             plugin_duration: Family::new_with_constructor(seconds_histogram),
             schedules: Family::default(),
-            queue_depth: Gauge::default(),
+            queue_depth: Family::default(),
             api_writes: Family::default(),
             store_objects: Family::default(),
             watch_errors: Family::default(),
@@ -111,7 +120,7 @@ impl Metrics {
         );
         r.register(
             "queue_depth",
-            "Placements waiting to be scheduled",
+            "Placements in the work queue by state: ready (waits for a worker), deferred (held back by the debounce or the burst spacing), waiting (a requeue at a future time: an expiry, a backoff), processing. Settled: ready, deferred and processing 0. ready + deferred + waiting is what the unlabelled gauge counted before",
             m.queue_depth.clone(),
         );
         r.register(

@@ -71,8 +71,8 @@ pub struct Options {
     /// Only placements in these namespaces (empty: all). Decisions in every namespace are
     /// still read (Balance counts them all).
     pub namespaces: Vec<String>,
-    /// How long an event waits before its placements are scheduled (bursts coalesce).
-    pub debounce: Duration,
+    /// How each placement's passes are paced (see [`queue`]: leading edge, bursts spaced).
+    pub pacing: queue::Pacing,
     /// How long placements using Balance wait after other placements' decisions moved.
     /// Balance is a spreading hint: rescheduling every Balance user on every move makes
     /// placements chase each other (with ties, Balance alone never settles); upstream only
@@ -87,7 +87,7 @@ impl Default for Options {
             workers: 8,
             resync: Duration::from_secs(600),
             namespaces: Vec::new(),
-            debounce: Duration::from_millis(100),
+            pacing: queue::Pacing::DEFAULT,
             balance_delay: Duration::from_secs(300),
             leader: Arc::new(AlwaysLeader),
         }
@@ -157,10 +157,6 @@ impl Ctx {
     fn enqueue(&self, keys: BTreeSet<Key>) {
         let keys: Vec<Key> = keys.into_iter().filter(|k| self.in_scope(k)).collect();
         self.queue.add_all(keys.iter());
-        self.handle
-            .metrics
-            .queue_depth
-            .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
     }
 
     /// Other placements' decisions moved: reschedule every Balance user once, after the
@@ -218,8 +214,8 @@ pub async fn run(
         handle.metrics.clone(),
         options.leader.clone(),
     );
-    let queue =
-        Queue::with_debounce(options.debounce).with_gauges(handle.metrics.cache_entries.clone());
+    let queue = Queue::with_pacing(options.pacing)
+        .with_gauges(&handle.metrics.queue_depth, &handle.metrics.cache_entries);
     let ctx = Arc::new(Ctx {
         balance_wave: AtomicBool::new(false),
         handle,
@@ -538,10 +534,6 @@ async fn worker(ctx: Arc<Ctx>) {
             process(&ctx, &key).await;
             ctx.queue.done(&key);
         }
-        ctx.handle
-            .metrics
-            .queue_depth
-            .set(i64::try_from(ctx.queue.len()).unwrap_or(i64::MAX));
     }
 }
 
