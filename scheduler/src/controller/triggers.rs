@@ -165,6 +165,11 @@ impl Index {
         self.balance.iter()
     }
 
+    /// Whether the placement uses Balance.
+    pub fn uses_balance(&self, key: &Key) -> bool {
+        self.balance.contains(key)
+    }
+
     /// Placements in `namespace`.
     pub fn in_namespace<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a Key> + 'a {
         self.by_namespace.get(namespace).into_iter().flatten()
