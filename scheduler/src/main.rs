@@ -118,7 +118,9 @@ struct ControllerArgs {
     /// Placements scheduled at once (each placement's writes stay in order).
     #[arg(long, env = "WORKERS", default_value_t = 8)]
     workers: usize,
-    /// Reschedule every placement this often even without events (e.g. 10m).
+    /// About this often (±10%), reschedule the placements whose inputs changed since their
+    /// last pass without an event saying so (a safety net: at rest it schedules nothing;
+    /// e.g. 10m; 0s: never).
     #[arg(long, env = "RESYNC_PERIOD", default_value = "10m", value_parser = ocm_runtime::leader::parse_duration)]
     resync_period: Duration,
     /// A trailing delay for every event before its placements are scheduled (e.g. 100ms:
@@ -133,9 +135,9 @@ struct ControllerArgs {
     /// a placement is queued or being scheduled still coalesce into one more pass).
     #[arg(long, env = "MIN_PASS_INTERVAL", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
     min_pass_interval: Duration,
-    /// How long placements using Balance wait after other placements' decisions moved (at
-    /// most one such reschedule per placement per this period, so placements do not chase
-    /// each other).
+    /// How long placements using Balance wait after other placements' decisions moved. Then
+    /// the ones whose Balance input changed are rescheduled once; the moves of that wave
+    /// start no other (they wait for the resync), so placements do not chase each other.
     #[arg(long, env = "BALANCE_DELAY", default_value = "5m", value_parser = ocm_runtime::leader::parse_duration)]
     balance_delay: Duration,
     #[command(flatten)]

@@ -17,14 +17,16 @@ pub mod state;
 pub mod triggers;
 pub mod writer;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use jiff::Timestamp;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -39,17 +41,39 @@ use crate::core::{self, Code, Laps};
 use metrics::Metrics;
 use queue::Queue;
 use state::{Shared, State};
-use triggers::Key;
+use triggers::{Key, SlotSet};
 use writer::Writer;
 
 /// Who may write. The controller asks before every write.
 pub trait Leader: Send + Sync + 'static {
     fn is_leader(&self) -> bool;
+
+    /// Resolves once [`Leader::is_leader`] may no longer be `leading` (at once if it is not),
+    /// so that the controller waits for leadership changes instead of polling them. The
+    /// default polls every 200 ms.
+    fn changes_from(&self, leading: bool) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            while self.is_leader() == leading {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    }
 }
 
 impl Leader for ocm_runtime::Leadership {
     fn is_leader(&self) -> bool {
         ocm_runtime::Leadership::is_leader(self)
+    }
+
+    fn changes_from(&self, leading: bool) -> BoxFuture<'_, ()> {
+        let mut l = self.clone();
+        Box::pin(async move {
+            if leading {
+                l.lost().await;
+            } else {
+                l.wait_leader().await;
+            }
+        })
     }
 }
 
@@ -60,13 +84,23 @@ impl Leader for AlwaysLeader {
     fn is_leader(&self) -> bool {
         true
     }
+
+    fn changes_from(&self, leading: bool) -> BoxFuture<'_, ()> {
+        if leading {
+            Box::pin(std::future::pending())
+        } else {
+            Box::pin(std::future::ready(()))
+        }
+    }
 }
 
 /// How the controller runs.
 pub struct Options {
     /// Placements scheduled at once (each one's writes stay in order).
     pub workers: usize,
-    /// Every placement is rescheduled this often even without events.
+    /// About this often (±10%), every placement whose inputs changed since its last pass
+    /// without an event saying so is rescheduled: a safety net; at rest it schedules nothing.
+    /// Zero: never.
     pub resync: Duration,
     /// Only placements in these namespaces (empty: all). Decisions in every namespace are
     /// still read (Balance counts them all).
@@ -76,7 +110,9 @@ pub struct Options {
     /// How long placements using Balance wait after other placements' decisions moved.
     /// Balance is a spreading hint: rescheduling every Balance user on every move makes
     /// placements chase each other (with ties, Balance alone never settles); upstream only
-    /// looks again at its 10-minute resync. Here it is at most once per this delay.
+    /// looks again at its 10-minute resync. Here it is at most once per this delay, only for
+    /// the Balance users whose Balance input changed, and the moves such a wave (or a resync)
+    /// makes do not start another one: they wait for the next resync.
     pub balance_delay: Duration,
     pub leader: Arc<dyn Leader>,
 }
@@ -140,9 +176,50 @@ impl crate::debug::DebugSource for Handle {
     }
 }
 
+/// What a placement's last successful pass was computed from: a resync or a Balance wave
+/// skips the placement while these are unchanged (its pass would change nothing).
+struct Mark {
+    /// [`Ctx::inputs`] before the pass took its snapshot.
+    inputs: u64,
+    /// [`placement_fingerprint`] of the Placement the pass scheduled.
+    placement: u64,
+    /// Balance users: [`triggers::balance_input`] as the pass saw it, and over which clusters
+    /// (the ones that passed its filters).
+    balance: Option<(u64, SlotSet)>,
+}
+
+/// The parts of a Placement its schedule depends on, beyond other objects: what makes
+/// `State::apply_placement` reschedule it (the spec through `generation`).
+fn placement_fingerprint(p: &Placement) -> u64 {
+    let mut h = DefaultHasher::new();
+    (
+        &p.metadata.uid,
+        p.metadata.generation,
+        &p.metadata.annotations,
+        &p.metadata
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second()),
+    )
+        .hash(&mut h);
+    h.finish()
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 struct Ctx {
     /// A Balance wave is scheduled (see [`Ctx::balance_changed`]).
     balance_wave: AtomicBool,
+    /// Counts the watch events of clusters, clustersets, bindings and scores: a placement
+    /// whose last pass saw the current count has seen every such change.
+    inputs: AtomicU64,
+    /// Each placement's last successful pass (see [`Mark`]).
+    marks: Mutex<HashMap<Key, Mark>>,
+    /// Placements queued by a Balance wave or a resync (and by no event since): the moves
+    /// their passes make do not start a Balance wave, so that waves converge.
+    quiet: Mutex<HashSet<Key>>,
     handle: Handle,
     queue: Queue,
     writer: Writer,
@@ -156,11 +233,31 @@ impl Ctx {
 
     fn enqueue(&self, keys: BTreeSet<Key>) {
         let keys: Vec<Key> = keys.into_iter().filter(|k| self.in_scope(k)).collect();
+        if !keys.is_empty() {
+            // An event's pass is not quiet, whoever queued the key first.
+            let mut quiet = lock(&self.quiet);
+            if !quiet.is_empty() {
+                for k in &keys {
+                    quiet.remove(k);
+                }
+            }
+        }
         self.queue.add_all(keys.iter());
     }
 
-    /// Other placements' decisions moved: reschedule every Balance user once, after the
-    /// delay; changes meanwhile join the same wave.
+    /// Queues passes that are not an event's: their moves start no Balance wave.
+    fn enqueue_quiet(&self, keys: Vec<Key>) {
+        let keys: Vec<Key> = keys.into_iter().filter(|k| self.in_scope(k)).collect();
+        lock(&self.quiet).extend(keys.iter().cloned());
+        self.queue.add_all(keys.iter());
+        self.handle
+            .metrics
+            .queue_depth
+            .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
+    }
+
+    /// Decisions moved: after the delay, reschedule the Balance users whose Balance input
+    /// changed (see [`Ctx::stale`]); changes meanwhile join the same wave.
     fn balance_changed(self: &Arc<Self>) {
         if self.balance_wave.swap(true, Ordering::SeqCst) {
             return;
@@ -169,16 +266,96 @@ impl Ctx {
         tokio::spawn(async move {
             tokio::time::sleep(ctx.options.balance_delay).await;
             ctx.balance_wave.store(false, Ordering::SeqCst);
-            let keys: BTreeSet<Key> = ctx
-                .handle
-                .state
-                .read()
-                .index
-                .balance_users()
-                .cloned()
-                .collect();
-            ctx.enqueue(keys);
+            let of = ctx.clone();
+            let keys = tokio::task::spawn_blocking(move || of.stale(true))
+                .await
+                .unwrap_or_default();
+            tracing::debug!(placements = keys.len(), "Balance wave");
+            ctx.enqueue_quiet(keys);
         });
+    }
+
+    /// The placements whose inputs changed since their last successful pass (or that have
+    /// none): only the Balance users' Balance input when `balance_only` (a Balance wave),
+    /// everything a pass reads otherwise (a resync).
+    fn stale(&self, balance_only: bool) -> Vec<Key> {
+        let inputs = self.inputs.load(Ordering::SeqCst);
+        let (candidates, snapshot) = {
+            let st = self.handle.state.read();
+            let candidates: Vec<(Key, u64, bool)> = if balance_only {
+                st.index
+                    .balance_users()
+                    .filter_map(|k| {
+                        let p = st.placements.get(k)?;
+                        Some((k.clone(), placement_fingerprint(p), true))
+                    })
+                    .collect()
+            } else {
+                st.placements
+                    .iter()
+                    .map(|(k, p)| {
+                        (
+                            k.clone(),
+                            placement_fingerprint(p),
+                            st.index.uses_balance(k),
+                        )
+                    })
+                    .collect()
+            };
+            (candidates, st.snapshot.share())
+        };
+        let marks = lock(&self.marks);
+        candidates
+            .into_iter()
+            .filter(|(key, placement, balance)| {
+                let Some(mark) = marks.get(key) else {
+                    return true;
+                };
+                if !balance_only && (mark.inputs != inputs || mark.placement != *placement) {
+                    return true;
+                }
+                match (&mark.balance, balance) {
+                    (_, false) => false,
+                    (None, true) => true,
+                    (Some((input, over)), true) => {
+                        triggers::balance_input(&snapshot, &key.0, &key.1, over) != *input
+                    }
+                }
+            })
+            .map(|(key, ..)| key)
+            .collect()
+    }
+
+    /// Remembers what a successful pass was computed from (see [`Mark`]).
+    fn mark(
+        &self,
+        key: &Key,
+        placement: &Placement,
+        snapshot: &core::Snapshot,
+        outcome: &core::Outcome,
+        inputs: u64,
+    ) {
+        let balance = self.handle.state.read().index.uses_balance(key).then(|| {
+            let over = triggers::slots_of(snapshot, &outcome.filtered);
+            let input = triggers::balance_input(snapshot, &key.0, &key.1, &over);
+            (input, over)
+        });
+        let mark = Mark {
+            inputs,
+            placement: placement_fingerprint(placement),
+            balance,
+        };
+        lock(&self.marks).insert(key.clone(), mark);
+    }
+
+    /// Called first by every watch's apply: the Balance flag may still hold a move of our
+    /// own writes (the writer goes through `State::apply_decision` too); those are counted
+    /// by [`process`], exactly, so the watch reports only the moves it saw itself.
+    fn watched(&self, st: &mut State, is_input: bool) {
+        st.balance_dirty = false;
+        if is_input {
+            self.inputs.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn enqueue_all(&self) {
@@ -218,6 +395,9 @@ pub async fn run(
         .with_gauges(&handle.metrics.queue_depth, &handle.metrics.cache_entries);
     let ctx = Arc::new(Ctx {
         balance_wave: AtomicBool::new(false),
+        inputs: AtomicU64::new(0),
+        marks: Mutex::new(HashMap::new()),
+        quiet: Mutex::new(HashSet::new()),
         handle,
         queue,
         writer,
@@ -230,7 +410,7 @@ pub async fn run(
         Api::<ManagedCluster>::all(client.clone()),
         "ManagedCluster",
         ctx.clone(),
-        |st, ch| match ch {
+        watched(&ctx, true, |st, ch| match ch {
             Change::Apply(c) => st.apply_cluster(c),
             Change::Delete(c) => st.delete_cluster(c.metadata.name.as_deref().unwrap_or_default()),
             Change::Replace(all) => {
@@ -249,13 +429,13 @@ pub async fn run(
                 }
                 out
             }
-        },
+        }),
     ));
     tasks.spawn(watch(
         Api::<ManagedClusterSet>::all(client.clone()),
         "ManagedClusterSet",
         ctx.clone(),
-        |st, ch| match ch {
+        watched(&ctx, true, |st, ch| match ch {
             Change::Apply(s) => st.apply_set(s),
             Change::Delete(s) => st.delete_set(s.metadata.name.as_deref().unwrap_or_default()),
             Change::Replace(all) => {
@@ -275,13 +455,13 @@ pub async fn run(
                 }
                 out
             }
-        },
+        }),
     ));
     tasks.spawn(watch(
         Api::<ManagedClusterSetBinding>::all(client.clone()),
         "ManagedClusterSetBinding",
         ctx.clone(),
-        |st, ch| match ch {
+        watched(&ctx, true, |st, ch| match ch {
             Change::Apply(b) => st.apply_binding(&b),
             Change::Delete(b) => st.delete_binding(
                 b.metadata.namespace.as_deref().unwrap_or_default(),
@@ -303,13 +483,13 @@ pub async fn run(
                 }
                 out
             }
-        },
+        }),
     ));
     tasks.spawn(watch(
         Api::<AddOnPlacementScore>::all(client.clone()),
         "AddOnPlacementScore",
         ctx.clone(),
-        |st, ch| match ch {
+        watched(&ctx, true, |st, ch| match ch {
             Change::Apply(s) => st.apply_score(s),
             Change::Delete(s) => {
                 let (ns, n) = ns_name(&s);
@@ -331,13 +511,13 @@ pub async fn run(
                 }
                 out
             }
-        },
+        }),
     ));
     tasks.spawn(watch(
         Api::<PlacementDecision>::all(client.clone()),
         "PlacementDecision",
         ctx.clone(),
-        |st, ch| match ch {
+        watched(&ctx, false, |st, ch| match ch {
             Change::Apply(d) => st.apply_decision(d),
             Change::Delete(d) => {
                 let (ns, n) = ns_name(&d);
@@ -359,17 +539,18 @@ pub async fn run(
                 }
                 out
             }
-        },
+        }),
     ));
     let queue_of = ctx.clone();
     tasks.spawn(watch(
         Api::<Placement>::all(client.clone()),
         "Placement",
         ctx.clone(),
-        move |st, ch| match ch {
+        watched(&ctx, false, move |st, ch| match ch {
             Change::Apply(p) => st.apply_placement(p),
             Change::Delete(p) => {
                 queue_of.queue.remove(&ns_name(&p));
+                lock(&queue_of.marks).remove(&ns_name(&p));
                 st.delete_placement(&ns_name(&p))
             }
             Change::Replace(all) => {
@@ -382,6 +563,7 @@ pub async fn run(
                     .collect();
                 for k in &gone {
                     queue_of.queue.remove(k);
+                    lock(&queue_of.marks).remove(k);
                     st.delete_placement(k);
                 }
                 let mut out = BTreeSet::new();
@@ -390,7 +572,7 @@ pub async fn run(
                 }
                 out
             }
-        },
+        }),
     ));
     for _ in 0..ctx.options.workers.max(1) {
         tasks.spawn(worker(ctx.clone()));
@@ -401,6 +583,19 @@ pub async fn run(
     shutdown.await;
     tracing::info!("placement controller stopping");
     tasks.shutdown().await;
+}
+
+/// A watch's `apply` behind [`Ctx::watched`].
+fn watched<K>(
+    ctx: &Arc<Ctx>,
+    is_input: bool,
+    apply: impl Fn(&mut State, Change<K>) -> BTreeSet<Key> + Send + 'static,
+) -> impl Fn(&mut State, Change<K>) -> BTreeSet<Key> + Send + 'static {
+    let ctx = ctx.clone();
+    move |st, ch| {
+        ctx.watched(st, is_input);
+        apply(st, ch)
+    }
 }
 
 fn ns_name<K: Resource>(o: &K) -> (String, String) {
@@ -527,7 +722,7 @@ fn now_seconds() -> Timestamp {
 async fn worker(ctx: Arc<Ctx>) {
     loop {
         while !ctx.options.leader.is_leader() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            ctx.options.leader.changes_from(false).await;
         }
         let batch = ctx.queue.next_batch(1).await;
         for key in batch {
@@ -546,6 +741,9 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         );
         return;
     }
+    let quiet = lock(&ctx.quiet).remove(key);
+    // Read before the snapshot: a change after this makes the mark older than the store.
+    let inputs = ctx.inputs.load(Ordering::SeqCst);
     let now = now_seconds();
     let taken = {
         let st = ctx.handle.state.read();
@@ -562,7 +760,12 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     if placement.metadata.deletion_timestamp.is_some() || core::is_disabled(&placement) {
         return;
     }
-    let scheduled = schedule_pass(ctx.handle.metrics.clone(), snapshot, placement.clone(), now);
+    let scheduled = schedule_pass(
+        ctx.handle.metrics.clone(),
+        snapshot.clone(),
+        placement.clone(),
+        now,
+    );
     let (outcome, versions) = match scheduled.await {
         Ok(done) => done,
         Err(e) => {
@@ -602,12 +805,16 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         .writer
         .apply(&ctx.handle.state, &placement, &outcome, versions)
         .await;
-    // Decisions written through the cache may have moved other placements' Balance.
-    if std::mem::take(&mut ctx.handle.state.write().balance_dirty) {
+    // Decisions written through the cache may have moved other placements' Balance. The flag
+    // the writer left is not ours to read (another worker's writes may have set it): this
+    // pass's own move is what the outcome changed.
+    ctx.handle.state.write().balance_dirty = false;
+    if !quiet && moves(&snapshot, key, &outcome) {
         ctx.balance_changed();
     }
     match written {
         Ok(again) => {
+            ctx.mark(key, &placement, &snapshot, &outcome, inputs);
             warn_capped_validity(ctx, key, &placement, &outcome).await;
             if let Some(e) = core::plan::limit_event(placement.status.as_ref(), &outcome) {
                 ctx.writer.emit(&placement, &[e]).await;
@@ -688,26 +895,60 @@ async fn warn_capped_validity(
     }
 }
 
+/// Whether the outcome moves the placement's decision entries from what `snapshot` holds
+/// (other Balance users' input).
+fn moves(snapshot: &core::Snapshot, key: &Key, outcome: &core::Outcome) -> bool {
+    let mut before: BTreeMap<&str, i64> = BTreeMap::new();
+    for d in snapshot.decisions_of(&key.0, &key.1) {
+        for e in core::snapshot::decision_entries(d) {
+            *before.entry(e.cluster_name.as_str()).or_insert(0) += 1;
+        }
+    }
+    for d in &outcome.decisions {
+        for e in core::snapshot::decision_entries(d) {
+            *before.entry(e.cluster_name.as_str()).or_insert(0) -= 1;
+        }
+    }
+    before.values().any(|&n| n != 0)
+}
+
+/// The safety net: about every `Options::resync` (±10%, so that replicas and restarts do
+/// not line up), the placements whose inputs changed since their last pass without an
+/// event queuing them (see [`Ctx::stale`]). At rest, nothing.
 async fn resync(ctx: Arc<Ctx>) {
-    let mut tick = tokio::time::interval(ctx.options.resync);
-    tick.tick().await;
+    if ctx.options.resync.is_zero() {
+        return;
+    }
     loop {
-        tick.tick().await;
-        ctx.enqueue_all();
+        tokio::time::sleep(jittered(ctx.options.resync)).await;
+        let of = ctx.clone();
+        let keys = tokio::task::spawn_blocking(move || of.stale(false))
+            .await
+            .unwrap_or_default();
+        tracing::debug!(placements = keys.len(), "resync");
+        ctx.enqueue_quiet(keys);
     }
 }
 
-/// On becoming the leader, reschedule everything: a standby's queue knows nothing.
+/// `period` times a random factor in [0.9, 1.1).
+fn jittered(period: Duration) -> Duration {
+    let r = std::hash::RandomState::new().build_hasher().finish();
+    period.mul_f64(0.9 + 0.2 * (r >> 11) as f64 / (1u64 << 53) as f64)
+}
+
+/// On becoming the leader, reschedule everything: a standby's queue knows nothing. Waits for
+/// the changes instead of polling them.
 async fn leadership(ctx: Arc<Ctx>) {
-    let was = AtomicBool::new(false);
+    let mut was = false;
     loop {
         let now = ctx.options.leader.is_leader();
-        if now && !was.swap(true, Ordering::SeqCst) {
+        if now && !was {
             tracing::info!("became the leader");
             ctx.enqueue_all();
-        } else if !now && was.swap(false, Ordering::SeqCst) {
+        } else if !now && was {
             tracing::warn!("lost the leadership; writes stop");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        was = now;
+        ctx.options.leader.changes_from(now).await;
     }
 }

@@ -2,10 +2,12 @@
 //! each Placement reads, and the fan-out rules.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use ocm_api::Placement;
 
 use crate::core::prioritize::{self, Kind};
+use crate::core::snapshot::{Name, Snapshot, decision_entries};
 
 /// A placement's `(namespace, name)`.
 pub type Key = (String, String);
@@ -163,6 +165,11 @@ impl Index {
         self.balance.iter()
     }
 
+    /// Whether the placement uses Balance.
+    pub fn uses_balance(&self, key: &Key) -> bool {
+        self.balance.contains(key)
+    }
+
     /// Placements in `namespace`.
     pub fn in_namespace<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a Key> + 'a {
         self.by_namespace.get(namespace).into_iter().flatten()
@@ -180,6 +187,69 @@ impl Index {
             })
         })
     }
+}
+
+/// A set of cluster slots ([`ClusterInfo::slot`]), one bit each: what a Balance user's pass
+/// could choose from, kept small (125 bytes per placement at 1,000 clusters).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlotSet(Vec<u64>);
+
+impl SlotSet {
+    pub fn insert(&mut self, slot: usize) {
+        let (word, bit) = (slot / 64, slot % 64);
+        if self.0.len() <= word {
+            self.0.resize(word + 1, 0);
+        }
+        self.0[word] |= 1 << bit;
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, &bits)| {
+            (0..64)
+                .filter(move |b| bits & (1 << b) != 0)
+                .map(move |b| w * 64 + b)
+        })
+    }
+}
+
+/// What the Balance prioritizer reads for one placement, as a fingerprint: the largest count
+/// of decision entries on any cluster and the count on each cluster it could choose, both
+/// without the placement's own entries (its own moves do not change its Balance input).
+/// Equal fingerprints give equal Balance scores, so a Balance user whose fingerprint is
+/// unchanged need not be rescheduled for Balance.
+pub fn balance_input(
+    snapshot: &Snapshot,
+    namespace: &str,
+    placement: &str,
+    candidates: &SlotSet,
+) -> u64 {
+    let mut own: HashMap<&str, u32> = HashMap::new();
+    for d in snapshot.decisions_of(namespace, placement) {
+        for e in decision_entries(d) {
+            *own.entry(e.cluster_name.as_str()).or_insert(0) += 1;
+        }
+    }
+    let mut h = DefaultHasher::new();
+    snapshot.max_decision_count_excluding(&own).hash(&mut h);
+    for slot in candidates.iter() {
+        let Some(c) = snapshot.slot(slot) else {
+            continue;
+        };
+        let mine = own.get(&*c.name).copied().unwrap_or(0);
+        (slot, &*c.name, c.decisions.saturating_sub(mine)).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// The slots of `names` in `snapshot` (names it does not hold are left out).
+pub fn slots_of<'a>(snapshot: &Snapshot, names: impl IntoIterator<Item = &'a Name>) -> SlotSet {
+    let mut out = SlotSet::default();
+    for n in names {
+        if let Some(c) = snapshot.cluster(n) {
+            out.insert(c.slot);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -255,5 +325,105 @@ mod tests {
         idx.remove(&("a".into(), "cel".into()));
         assert_eq!(keys(idx.for_score("q").collect()), Vec::<String>::new());
         assert_eq!(idx.len(), 2);
+    }
+
+    fn snapshot_with(decisions: &[(&str, &str, &[&str])]) -> Snapshot {
+        let mut s = Snapshot::new();
+        for c in ["c0", "c1", "c2", "c3"] {
+            s.upsert_cluster(std::sync::Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": c}, "spec": {}})).unwrap(),
+            ));
+        }
+        for (ns, p, clusters) in decisions {
+            let entries: Vec<_> = clusters
+                .iter()
+                .map(|c| json!({"clusterName": c, "reason": ""}))
+                .collect();
+            s.upsert_decision(std::sync::Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": format!("{p}-decision-1"),
+                    "namespace": ns, "labels": {ocm_api::wellknown::label::PLACEMENT: p}},
+                    "status": {"decisions": entries}}))
+                .unwrap(),
+            ));
+        }
+        s
+    }
+
+    #[test]
+    fn slot_sets_hold_what_was_inserted() {
+        let mut s = SlotSet::default();
+        for i in [0, 3, 63, 64, 200] {
+            s.insert(i);
+        }
+        s.insert(3);
+        assert_eq!(s.iter().collect::<Vec<_>>(), [0, 3, 63, 64, 200]);
+        assert_eq!(SlotSet::default().iter().count(), 0);
+    }
+
+    #[test]
+    fn balance_input_changes_only_with_what_balance_reads() {
+        let snap = snapshot_with;
+        let all = |s: &Snapshot| {
+            let names: Vec<Name> = ["c0", "c1", "c2"].iter().map(|n| Name::from(*n)).collect();
+            slots_of(s, &names)
+        };
+        let input = |s: &Snapshot| balance_input(s, "ns", "p", &all(s));
+        let base = snap(&[("ns", "p", &["c0"]), ("ns", "q", &["c1", "c2"])]);
+        let cases: [(&str, Snapshot, bool); 6] = [
+            (
+                "the same decisions",
+                snap(&[("ns", "p", &["c0"]), ("ns", "q", &["c1", "c2"])]),
+                false,
+            ),
+            (
+                "its own decision moved",
+                snap(&[("ns", "p", &["c1"]), ("ns", "q", &["c1", "c2"])]),
+                false,
+            ),
+            (
+                "its own decision gone",
+                snap(&[("ns", "q", &["c1", "c2"])]),
+                false,
+            ),
+            (
+                "another moved among its candidates",
+                snap(&[("ns", "p", &["c0"]), ("ns", "q", &["c0", "c2"])]),
+                true,
+            ),
+            // c3 is not a candidate, but the largest count (the scale) changed.
+            (
+                "the largest count elsewhere changed",
+                snap(&[
+                    ("ns", "p", &["c0"]),
+                    ("ns", "q", &["c1", "c2"]),
+                    ("x", "r", &["c3"]),
+                    ("x", "s", &["c3"]),
+                ]),
+                true,
+            ),
+            (
+                "another placement with the same name elsewhere",
+                snap(&[
+                    ("ns", "p", &["c0"]),
+                    ("other", "p", &["c0"]),
+                    ("ns", "q", &["c1", "c2"]),
+                ]),
+                true,
+            ),
+        ];
+        for (what, s, changed) in cases {
+            assert_eq!(input(&s) != input(&base), changed, "{what}");
+        }
+        // A count on a cluster it cannot choose, below the largest, is not its input.
+        let candidates = slots_of(&base, &[Name::from("c0")]);
+        let with_c3 = snap(&[
+            ("ns", "p", &["c0"]),
+            ("ns", "q", &["c1", "c2"]),
+            ("x", "r", &["c3"]),
+        ]);
+        assert_eq!(
+            balance_input(&base, "ns", "p", &candidates),
+            balance_input(&with_c3, "ns", "p", &candidates)
+        );
     }
 }

@@ -369,3 +369,43 @@ pub async fn as_scheduler_account(hub: &Hub, sa: &str, dir: &std::path::Path) ->
         .expect("a client as the account");
     SchedulerAccount { kubeconfig, client }
 }
+
+/// A controller with `options` (its `namespaces` are the caller's), and the registry of its
+/// metrics (see [`metric_sum`]).
+pub fn start_controller_with(
+    client: &Client,
+    options: Options,
+) -> (Running, prometheus_client::registry::Registry) {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let handle = Handle::new(&mut registry);
+    let (tx, rx) = oneshot::channel();
+    let task = tokio::spawn(controller::run(
+        client.clone(),
+        handle.clone(),
+        options,
+        async {
+            let _ = rx.await;
+        },
+    ));
+    let running = Running {
+        stop: Some(tx),
+        task: Some(task),
+        handle,
+    };
+    (running, registry)
+}
+
+/// The sum of every sample of the metric named `name` (as exposed, e.g.
+/// `scheduling_duration_seconds_count`) in `registry`.
+pub fn metric_sum(registry: &prometheus_client::registry::Registry, name: &str) -> f64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).expect("encode the metrics");
+    text.lines()
+        .filter(|l| {
+            l.split(['{', ' ']).next().is_some_and(|n| {
+                n == name || n.strip_suffix(name).is_some_and(|p| p.ends_with('_'))
+            })
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
