@@ -250,10 +250,6 @@ impl Ctx {
         let keys: Vec<Key> = keys.into_iter().filter(|k| self.in_scope(k)).collect();
         lock(&self.quiet).extend(keys.iter().cloned());
         self.queue.add_all(keys.iter());
-        self.handle
-            .metrics
-            .queue_depth
-            .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
     }
 
     /// Decisions moved: after the delay, reschedule the Balance users whose Balance input
