@@ -11,8 +11,10 @@
 //! checked against leadership and preconditioned on the objects it was computed from (see
 //! [`writer`]); the binary exits when it loses the lease (see `main.rs`).
 
+mod listing;
 pub mod metrics;
 pub mod queue;
+mod slim;
 pub mod state;
 pub mod triggers;
 pub mod writer;
@@ -29,7 +31,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use jiff::Timestamp;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use ocm_api::{
     AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
@@ -38,6 +40,7 @@ use ocm_api::{
 use serde::de::DeserializeOwned;
 
 use crate::core::{self, Code, Laps};
+use listing::{Change, Lister, gone};
 use metrics::Metrics;
 use queue::Queue;
 use state::{Shared, State};
@@ -367,14 +370,6 @@ impl Ctx {
     }
 }
 
-/// A change a watch reports, after the initial list has been buffered.
-enum Change<K> {
-    Apply(K),
-    Delete(K),
-    /// A complete list: objects not in it are gone.
-    Replace(Vec<K>),
-}
-
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
     client: Client,
@@ -409,21 +404,15 @@ pub async fn run(
         watched(&ctx, true, |st, ch| match ch {
             Change::Apply(c) => st.apply_cluster(c),
             Change::Delete(c) => st.delete_cluster(c.metadata.name.as_deref().unwrap_or_default()),
-            Change::Replace(all) => {
-                let keep: BTreeSet<String> =
-                    all.iter().filter_map(|c| c.metadata.name.clone()).collect();
-                let gone: Vec<String> = st
+            Change::Listed(listed) => {
+                let existing = st
                     .snapshot
                     .clusters()
-                    .map(|c| c.name.to_string())
-                    .filter(|n| !keep.contains(n))
-                    .collect();
-                let mut out: BTreeSet<Key> =
-                    gone.iter().flat_map(|n| st.delete_cluster(n)).collect();
-                for c in all {
-                    out.extend(st.apply_cluster(c));
-                }
-                out
+                    .map(|c| (String::new(), c.name.to_string()));
+                let gone = gone(existing, &listed);
+                gone.iter()
+                    .flat_map(|(_, n)| st.delete_cluster(n))
+                    .collect()
             }
         }),
     ));
@@ -434,22 +423,14 @@ pub async fn run(
         watched(&ctx, true, |st, ch| match ch {
             Change::Apply(s) => st.apply_set(s),
             Change::Delete(s) => st.delete_set(s.metadata.name.as_deref().unwrap_or_default()),
-            Change::Replace(all) => {
-                let keep: BTreeSet<String> =
-                    all.iter().filter_map(|s| s.metadata.name.clone()).collect();
-                let mut out = BTreeSet::new();
-                for n in st
+            Change::Listed(listed) => {
+                let existing = st
                     .snapshot
                     .set_names()
                     .into_iter()
-                    .filter(|n| !keep.contains(n))
-                {
-                    out.extend(st.delete_set(&n));
-                }
-                for s in all {
-                    out.extend(st.apply_set(s));
-                }
-                out
+                    .map(|n| (String::new(), n));
+                let gone = gone(existing, &listed);
+                gone.iter().flat_map(|(_, n)| st.delete_set(n)).collect()
             }
         }),
     ));
@@ -463,21 +444,11 @@ pub async fn run(
                 b.metadata.namespace.as_deref().unwrap_or_default(),
                 b.metadata.name.as_deref().unwrap_or_default(),
             ),
-            Change::Replace(all) => {
-                let keep: BTreeSet<(String, String)> = all.iter().map(ns_name).collect();
-                let mut out = BTreeSet::new();
-                for (ns, n) in st
-                    .snapshot
-                    .binding_keys()
-                    .into_iter()
-                    .filter(|k| !keep.contains(k))
-                {
-                    out.extend(st.delete_binding(&ns, &n));
-                }
-                for b in &all {
-                    out.extend(st.apply_binding(b));
-                }
-                out
+            Change::Listed(listed) => {
+                let gone = gone(st.snapshot.binding_keys(), &listed);
+                gone.iter()
+                    .flat_map(|(ns, n)| st.delete_binding(ns, n))
+                    .collect()
             }
         }),
     ));
@@ -491,21 +462,11 @@ pub async fn run(
                 let (ns, n) = ns_name(&s);
                 st.delete_score(&ns, &n)
             }
-            Change::Replace(all) => {
-                let keep: BTreeSet<(String, String)> = all.iter().map(ns_name).collect();
-                let mut out = BTreeSet::new();
-                for (ns, n) in st
-                    .snapshot
-                    .score_keys()
-                    .into_iter()
-                    .filter(|k| !keep.contains(k))
-                {
-                    out.extend(st.delete_score(&ns, &n));
-                }
-                for s in all {
-                    out.extend(st.apply_score(s));
-                }
-                out
+            Change::Listed(listed) => {
+                let gone = gone(st.snapshot.score_keys(), &listed);
+                gone.iter()
+                    .flat_map(|(ns, n)| st.delete_score(ns, n))
+                    .collect()
             }
         }),
     ));
@@ -519,21 +480,11 @@ pub async fn run(
                 let (ns, n) = ns_name(&d);
                 st.delete_decision(&ns, &n)
             }
-            Change::Replace(all) => {
-                let keep: BTreeSet<(String, String)> = all.iter().map(ns_name).collect();
-                let mut out = BTreeSet::new();
-                for (ns, n) in st
-                    .snapshot
-                    .decision_keys()
-                    .into_iter()
-                    .filter(|k| !keep.contains(k))
-                {
-                    out.extend(st.delete_decision(&ns, &n));
-                }
-                for d in all {
-                    out.extend(st.apply_decision(d));
-                }
-                out
+            Change::Listed(listed) => {
+                let gone = gone(st.snapshot.decision_keys(), &listed);
+                gone.iter()
+                    .flat_map(|(ns, n)| st.delete_decision(ns, n))
+                    .collect()
             }
         }),
     ));
@@ -549,24 +500,13 @@ pub async fn run(
                 lock(&queue_of.marks).remove(&ns_name(&p));
                 st.delete_placement(&ns_name(&p))
             }
-            Change::Replace(all) => {
-                let keep: BTreeSet<Key> = all.iter().map(ns_name).collect();
-                let gone: Vec<Key> = st
-                    .placements
-                    .keys()
-                    .filter(|k| !keep.contains(*k))
-                    .cloned()
-                    .collect();
-                for k in &gone {
-                    queue_of.queue.remove(k);
-                    lock(&queue_of.marks).remove(k);
-                    st.delete_placement(k);
+            Change::Listed(listed) => {
+                for k in gone(st.placements.keys().cloned(), &listed) {
+                    queue_of.queue.remove(&k);
+                    lock(&queue_of.marks).remove(&k);
+                    st.delete_placement(&k);
                 }
-                let mut out = BTreeSet::new();
-                for p in all {
-                    out.extend(st.apply_placement(p));
-                }
-                out
+                BTreeSet::new()
             }
         }),
     ));
@@ -601,7 +541,9 @@ fn ns_name<K: Resource>(o: &K) -> (String, String) {
     )
 }
 
-/// Runs one watch into the state; the initial list (and every relist) is applied as a whole.
+/// Runs one watch into the state. The initial list and every relist are applied object by
+/// object as they arrive (see [`listing`]); the objects a list did not return are deleted
+/// when it ends.
 async fn watch<K, F>(api: Api<K>, kind: &'static str, ctx: Arc<Ctx>, apply: F)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -611,21 +553,14 @@ where
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .backoff(ocm_runtime::watch::backoff())
         .boxed();
-    let mut buffer: Vec<K> = Vec::new();
+    let mut lister = Lister::default();
     let mut synced = false;
     while let Some(event) = stream.next().await {
         let change = match event {
-            Ok(Event::Apply(o)) => Change::Apply(o),
-            Ok(Event::Delete(o)) => Change::Delete(o),
-            Ok(Event::Init) => {
-                buffer.clear();
-                continue;
-            }
-            Ok(Event::InitApply(o)) => {
-                buffer.push(o);
-                continue;
-            }
-            Ok(Event::InitDone) => Change::Replace(std::mem::take(&mut buffer)),
+            Ok(event) => match lister.step(event) {
+                Some(change) => change,
+                None => continue,
+            },
             Err(e) => {
                 // The watcher retries with backoff; say so once per error.
                 tracing::warn!(kind, error = %e, "watch failed; retrying");
@@ -638,15 +573,18 @@ where
                 continue;
             }
         };
-        let relist = matches!(change, Change::Replace(_));
+        let relist = change.ends_list();
         let (affected, balance) = {
             let mut st = ctx.handle.state.write();
             let out = apply(&mut st, change);
             let balance = std::mem::take(&mut st.balance_dirty);
-            for (k, n) in st.snapshot.counts() {
-                ctx.handle.metrics.store(k, n);
+            // Counted once a list ends, not at each of its objects.
+            if !lister.listing() {
+                for (k, n) in st.snapshot.counts() {
+                    ctx.handle.metrics.store(k, n);
+                }
+                ctx.handle.metrics.store("Placement", st.placements.len());
             }
-            ctx.handle.metrics.store("Placement", st.placements.len());
             (out, balance)
         };
         ctx.enqueue(affected);
@@ -866,20 +804,11 @@ async fn warn_capped_validity(
     placement: &Placement,
     outcome: &core::Outcome,
 ) {
-    let changed = {
-        let mut st = ctx.handle.state.write();
-        let last = st.validity_warned.get(key).map_or(&[][..], Vec::as_slice);
-        if last == outcome.validity_capped.as_slice() {
-            false
-        } else if outcome.validity_capped.is_empty() {
-            st.validity_warned.remove(key);
-            false
-        } else {
-            st.validity_warned
-                .insert(key.clone(), outcome.validity_capped.clone());
-            true
-        }
-    };
+    let changed = ctx
+        .handle
+        .state
+        .write()
+        .capped_changed(key, &outcome.validity_capped);
     if changed && let Some(event) = core::plan::validity_capped_event(&outcome.validity_capped) {
         tracing::warn!(
             namespace = key.0,

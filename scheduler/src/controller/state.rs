@@ -6,6 +6,7 @@
 //! copy (see [`CowSnapshot`]), which the next pass takes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -14,6 +15,7 @@ use ocm_api::{
     PlacementDecision,
 };
 
+use super::slim;
 use super::triggers::{Index, Key, key_of};
 use crate::core::snapshot::decision_entries;
 use crate::core::{CappedScore, Snapshot};
@@ -55,9 +57,11 @@ pub struct State {
     /// set of keys: with 10,000 Balance users, copying them on every decision event was the
     /// controller's main cost.
     pub balance_dirty: bool,
-    /// The capped scores each placement was last warned about (`ScoreValidityCapped`): the
-    /// event goes out when the list changes, not at every pass.
-    pub validity_warned: HashMap<Key, Vec<CappedScore>>,
+    /// A fingerprint of the capped scores each placement was last warned about
+    /// (`ScoreValidityCapped`): the event goes out when the list changes, not at every pass.
+    /// Not the list itself: it names every filtered cluster, so 10,000 placements over 1,000
+    /// clusters kept 10 million entries (about 1.5 GB).
+    validity_warned: HashMap<Key, u64>,
 }
 
 /// Shared between the watches (writers) and the workers (readers). Never held across an await.
@@ -140,6 +144,7 @@ impl State {
     }
 
     pub fn apply_set(&mut self, s: ManagedClusterSet) -> BTreeSet<Key> {
+        let s = slim::set(s);
         let name = s.metadata.name.clone().unwrap_or_default();
         if self
             .snapshot
@@ -176,6 +181,7 @@ impl State {
     /// Applies an AddOnPlacementScore observed now: a new status restarts its validity bound
     /// (see `core::snapshot::MaxScoreValidity`), an unchanged one (a relist) does not.
     pub fn apply_score(&mut self, s: AddOnPlacementScore) -> BTreeSet<Key> {
+        let s = slim::score(s);
         let ns = s.metadata.namespace.clone().unwrap_or_default();
         let name = s.metadata.name.clone().unwrap_or_default();
         if self
@@ -199,6 +205,7 @@ impl State {
     /// overwritten); when the clusters it holds changed, the placements using Balance are
     /// marked for a later, coalesced reschedule (`balance_dirty`).
     pub fn apply_decision(&mut self, d: PlacementDecision) -> BTreeSet<Key> {
+        let d = slim::decision(d);
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let name = d.metadata.name.clone().unwrap_or_default();
         let old = self.snapshot.decision(&ns, &name);
@@ -244,6 +251,7 @@ impl State {
     }
 
     pub fn apply_placement(&mut self, p: Placement) -> BTreeSet<Key> {
+        let p = slim::placement(p);
         let key = key_of(&p);
         if let Some(old) = self.placements.get(&key) {
             if is_older(
@@ -267,12 +275,46 @@ impl State {
         BTreeSet::from([key])
     }
 
+    /// Whether `capped` (a pass's capped scores) differs from what the placement was last
+    /// warned about, remembering it; an empty list is never news and forgets the last one.
+    pub fn capped_changed(&mut self, key: &Key, capped: &[CappedScore]) -> bool {
+        if capped.is_empty() {
+            self.validity_warned.remove(key);
+            return false;
+        }
+        let print = fingerprint(capped);
+        if self.validity_warned.get(key) == Some(&print) {
+            return false;
+        }
+        self.validity_warned.insert(key.clone(), print);
+        true
+    }
+
+    /// Placements with a remembered `ScoreValidityCapped` warning.
+    pub fn warned_count(&self) -> usize {
+        self.validity_warned.len()
+    }
+
     pub fn delete_placement(&mut self, key: &Key) -> BTreeSet<Key> {
         self.index.remove(key);
         self.validity_warned.remove(key);
         self.placements.remove(key);
         BTreeSet::new()
     }
+}
+
+/// A 64-bit digest of a capped-score list (SipHash with fixed keys: the same list gives the
+/// same digest for the life of the process; a collision would only skip one warning).
+fn fingerprint(capped: &[CappedScore]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    capped.len().hash(&mut h);
+    for c in capped {
+        c.cluster.hash(&mut h);
+        c.resource.hash(&mut h);
+        c.valid_until.hash(&mut h);
+        c.until.hash(&mut h);
+    }
+    h.finish()
 }
 
 fn placement_label(d: &PlacementDecision) -> Option<&str> {
@@ -291,4 +333,117 @@ fn same_content(
     a.labels == b.labels
         && a.annotations == b.annotations
         && a.deletion_timestamp == b.deletion_timestamp
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+    use serde_json::json;
+
+    use super::*;
+
+    fn decision(labels: serde_json::Value, clusters: &[&str]) -> PlacementDecision {
+        let entries: Vec<_> = clusters
+            .iter()
+            .map(|c| json!({"clusterName": c, "reason": ""}))
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+            "kind": "PlacementDecision",
+            "metadata": {
+                "name": "p-decision-1", "namespace": "ns", "labels": labels,
+                "resourceVersion": "42", "uid": "u-1", "generation": 1,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "ownerReferences": [{"apiVersion": "cluster.open-cluster-management.io/v1beta1",
+                    "kind": "Placement", "name": "p", "uid": "u-p", "controller": true,
+                    "blockOwnerDeletion": true}],
+                "managedFields": [{"manager": "placement-scheduler", "operation": "Update",
+                    "apiVersion": "cluster.open-cluster-management.io/v1beta1",
+                    "fieldsType": "FieldsV1", "subresource": "status",
+                    "fieldsV1": {"f:status": {"f:decisions": {}}}}],
+            },
+            "status": {"decisions": entries},
+        }))
+        .expect("a valid PlacementDecision")
+    }
+
+    fn labels() -> serde_json::Value {
+        json!({
+            ocm_api::wellknown::label::PLACEMENT: "p",
+            ocm_api::wellknown::label::DECISION_GROUP_INDEX: "0",
+        })
+    }
+
+    #[test]
+    fn a_stored_decision_keeps_what_the_core_and_the_writer_read() {
+        let mut st = State::default();
+        let d = decision(labels(), &["a", "b"]);
+        st.apply_decision(d.clone());
+        let kept = st.snapshot.decision("ns", "p-decision-1").expect("stored");
+        // The writer's preconditions and the core's input, as received.
+        assert_eq!(kept.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(kept.metadata.uid.as_deref(), Some("u-1"));
+        assert_eq!(kept.metadata.labels, d.metadata.labels);
+        assert_eq!(kept.status, d.status);
+        assert_eq!(st.snapshot.decisions_of("ns", "p").len(), 1);
+        assert_eq!(st.snapshot.decision_count("b"), 1);
+        // Nothing reads the rest.
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert_eq!(kept.metadata.owner_references, None);
+        assert_eq!(kept.metadata.creation_timestamp, None);
+        // The same object again (a relist, our own write read back) is no news.
+        assert!(st.apply_decision(d).is_empty());
+    }
+
+    #[test]
+    fn a_stored_placement_has_no_managed_fields() {
+        let mut st = State::default();
+        let p: Placement = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7", "uid": "u-p",
+                "annotations": {"a": "b"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"numberOfClusters": 1},
+        }))
+        .expect("a valid Placement");
+        assert_eq!(st.apply_placement(p.clone()).len(), 1);
+        let key = ("ns".to_owned(), "p".to_owned());
+        let kept = st.placements.get(&key).expect("stored");
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert_eq!(kept.spec, p.spec);
+        assert_eq!(kept.metadata.annotations, p.metadata.annotations);
+        assert_eq!(kept.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(kept.metadata.uid.as_deref(), Some("u-p"));
+    }
+
+    fn capped(clusters: &[&str], until: i64) -> Vec<CappedScore> {
+        clusters
+            .iter()
+            .map(|c| CappedScore {
+                cluster: (*c).to_owned(),
+                resource: "demo".into(),
+                valid_until: None,
+                until: Timestamp::from_second(until).expect("a valid time"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_capped_score_warning_is_news_once_per_change() {
+        let mut st = State::default();
+        let k = ("ns".to_owned(), "p".to_owned());
+        assert!(!st.capped_changed(&k, &[]));
+        assert!(st.capped_changed(&k, &capped(&["a", "b"], 600)));
+        assert!(!st.capped_changed(&k, &capped(&["a", "b"], 600)));
+        // Another cluster, another bound: news again.
+        assert!(st.capped_changed(&k, &capped(&["a"], 600)));
+        assert!(st.capped_changed(&k, &capped(&["a"], 601)));
+        // Nothing capped any more: forgotten, so the same list later is news.
+        assert!(!st.capped_changed(&k, &[]));
+        assert_eq!(st.warned_count(), 0);
+        assert!(st.capped_changed(&k, &capped(&["a"], 601)));
+        // A deleted placement leaves nothing behind.
+        st.delete_placement(&k);
+        assert_eq!(st.warned_count(), 0);
+    }
 }

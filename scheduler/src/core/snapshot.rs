@@ -243,8 +243,9 @@ pub struct Snapshot {
     max_score_validity: MaxScoreValidity,
     /// The limits of one pass (CEL budget, list items).
     limits: super::limits::Limits,
-    /// namespace -> name -> decision
-    decisions: ShardedMap<String, ByName<Arc<PlacementDecision>>>,
+    /// (namespace, name) -> decision. Sharded by both: one namespace may hold 10,000
+    /// decisions, and a change after a clone copies one shard, not the namespace's.
+    decisions: ShardedMap<NsName, Arc<PlacementDecision>>,
     /// (namespace, placement label) -> decision names
     decisions_by_placement: ShardedMap<Arc<NsName>, Arc<BTreeSet<String>>>,
     /// cluster name -> number of decision entries naming it, across all namespaces (Balance)
@@ -510,17 +511,13 @@ impl Snapshot {
                 .get_or_default(Arc::new((ns.clone(), p.to_owned())));
             Arc::make_mut(names).insert(name.clone());
         }
-        Arc::make_mut(self.decisions.get_or_default(ns)).insert(name, decision);
+        self.decisions.insert((ns, name), decision);
     }
 
     pub fn remove_decision(&mut self, namespace: &str, name: &str) {
-        if self.decision(namespace, name).is_none() {
-            return;
-        }
         let Some(old) = self
             .decisions
-            .get_mut(namespace)
-            .and_then(|d| Arc::make_mut(d).remove(name))
+            .remove(&(namespace.to_owned(), name.to_owned()))
         else {
             return;
         };
@@ -699,10 +696,13 @@ impl Snapshot {
         else {
             return Vec::new();
         };
-        let in_ns = self.decisions.get(namespace);
         names
             .iter()
-            .filter_map(|n| in_ns.and_then(|d| d.get(n)).map(|d| &**d))
+            .filter_map(|n| {
+                self.decisions
+                    .get(&(namespace.to_owned(), n.clone()))
+                    .map(|d| &**d)
+            })
             .collect()
     }
 
@@ -729,10 +729,7 @@ impl Snapshot {
 
     /// `(namespace, name)` of all PlacementDecisions.
     pub fn decision_keys(&self) -> Vec<(String, String)> {
-        self.decisions
-            .iter()
-            .flat_map(|(ns, names)| names.keys().map(move |n| (ns.clone(), n.clone())))
-            .collect()
+        self.decisions.iter().map(|(k, _)| k.clone()).collect()
     }
 
     /// Object counts by kind (for metrics).
@@ -748,16 +745,15 @@ impl Snapshot {
                 "AddOnPlacementScore",
                 self.scores.values().map(|s| s.len()).sum(),
             ),
-            (
-                "PlacementDecision",
-                self.decisions.values().map(|d| d.len()).sum(),
-            ),
+            ("PlacementDecision", self.decisions.len()),
         ]
     }
 
     /// One PlacementDecision.
     pub fn decision(&self, namespace: &str, name: &str) -> Option<Arc<PlacementDecision>> {
-        self.decisions.get(namespace)?.get(name).cloned()
+        self.decisions
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
     }
 
     /// Decision entries naming `cluster` across every namespace.
@@ -987,6 +983,10 @@ mod cow {
                 return None;
             }
             self.shard_mut(i).remove(key)
+        }
+
+        pub fn len(&self) -> usize {
+            self.shards.iter().map(|s| s.len()).sum()
         }
 
         pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
