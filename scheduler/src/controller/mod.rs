@@ -11,6 +11,7 @@
 //! checked against leadership and preconditioned on the objects it was computed from (see
 //! [`writer`]); the binary exits when it loses the lease (see `main.rs`).
 
+pub mod events;
 pub mod metrics;
 pub mod queue;
 pub mod state;
@@ -213,7 +214,7 @@ pub async fn run(
     options: Options,
     shutdown: impl Future<Output = ()>,
 ) {
-    let writer = Writer::new(
+    let (writer, recorder) = Writer::new(
         client.clone(),
         handle.metrics.clone(),
         options.leader.clone(),
@@ -230,6 +231,8 @@ pub async fn run(
     tracing::info!(workers = ctx.options.workers, resync = ?ctx.options.resync, namespaces = ?ctx.options.namespaces, "placement controller starting");
 
     let mut tasks = tokio::task::JoinSet::new();
+    // Events are published by their own task: they never hold up a decision write.
+    tasks.spawn(recorder.run());
     tasks.spawn(watch(
         Api::<ManagedCluster>::all(client.clone()),
         "ManagedCluster",
@@ -616,9 +619,9 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     }
     match written {
         Ok(again) => {
-            warn_capped_validity(ctx, key, &placement, &outcome).await;
+            warn_capped_validity(ctx, key, &placement, &outcome);
             if let Some(e) = core::plan::limit_event(placement.status.as_ref(), &outcome) {
-                ctx.writer.emit(&placement, &[e]).await;
+                ctx.writer.emit(&placement, &[e]);
             }
             ctx.enqueue(again);
             ctx.queue.forget(key);
@@ -665,12 +668,7 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
 
 /// The `ScoreValidityCapped` Warning, when the placement's capped scores changed since the
 /// last one (a placement that keeps using a capped score is not warned at every pass).
-async fn warn_capped_validity(
-    ctx: &Ctx,
-    key: &Key,
-    placement: &Placement,
-    outcome: &core::Outcome,
-) {
+fn warn_capped_validity(ctx: &Ctx, key: &Key, placement: &Placement, outcome: &core::Outcome) {
     let changed = {
         let mut st = ctx.handle.state.write();
         let last = st.validity_warned.get(key).map_or(&[][..], Vec::as_slice);
@@ -692,7 +690,7 @@ async fn warn_capped_validity(
             note = event.note,
             "scores valid beyond the bound"
         );
-        ctx.writer.emit(placement, &[event]).await;
+        ctx.writer.emit(placement, &[event]);
     }
 }
 
