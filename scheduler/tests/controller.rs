@@ -1329,9 +1329,15 @@ async fn a_new_placement_costs_four_writes() {
     let short: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
     let refs: Vec<&str> = short.iter().map(String::as_str).collect();
     let names = hub.clusters(&refs, json!({})).await;
+    // Valid within the scheduler's bound (--max-score-validity, 10 minutes): no
+    // ScoreValidityCapped warning.
+    let valid_until = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(540))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     for (i, c) in names.iter().enumerate() {
         let v = i32::try_from(i).unwrap() * 5;
-        hub.score(c, "demo", &[("demo", v)], None).await;
+        hub.score(c, "demo", &[("demo", v)], Some(&valid_until))
+            .await;
     }
     let handle = hub.controller.as_ref().unwrap().handle.clone();
     eventually("the controller to be ready", || async {

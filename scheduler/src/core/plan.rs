@@ -286,12 +286,21 @@ pub fn writes(
     let mut out = Vec::new();
     let status_write =
         |out: &mut Vec<PlannedWrite>, name: &str, decisions: Vec<ClusterDecision>| {
+            // Only the scores (or their order) change: the decision itself did not, so no
+            // DecisionUpdate (but a Warning still says its news); ScoreUpdate says it.
+            let scores_only = old.get(name).is_some_and(|o| {
+                members(o) == decisions.iter().map(|e| e.cluster_name.clone()).collect()
+            });
+            let mut events = status_events(ctx, name);
+            if scores_only {
+                events.retain(|e| e.reason != ev::DECISION_UPDATE || e.type_ == EventType::Warning);
+            }
             out.push(PlannedWrite {
                 write: Write::Status {
                     name: name.to_owned(),
                     status: PlacementDecisionStatus { decisions },
                 },
-                events: status_events(ctx, name),
+                events,
             });
         };
     let create = |out: &mut Vec<PlannedWrite>, d: PlacementDecision| {
@@ -468,7 +477,7 @@ pub fn writes(
 /// - an object created in this pass has its DecisionCreate; the status writes that follow
 ///   (a cycle grew it, then shrank it to its final clusters) are part of that creation;
 /// - an existing object says DecisionUpdate once, however many writes it took to get there;
-/// - ScoreUpdate is said once per pass, with the first DecisionUpdate of an existing object
+/// - ScoreUpdate is said once per pass, with the first status write of an existing object
 ///   (upstream repeats the same placement-wide note for every object it patched), and not
 ///   in a pass that only created objects (the scores stay visible in the debug endpoint).
 fn one_event_per_change(out: &mut [PlannedWrite]) {
@@ -483,23 +492,15 @@ fn one_event_per_change(out: &mut [PlannedWrite]) {
             continue;
         }
         let part_of_create = created.contains(&name);
-        let mut said_update = false;
         pw.events.retain(|e| match e.reason {
-            ev::DECISION_UPDATE => {
-                let keep = !part_of_create && !updated.contains(&e.decision);
-                said_update |= keep;
-                keep
-            }
+            ev::DECISION_UPDATE => !part_of_create && updated.insert(e.decision.clone()),
             ev::SCORE_UPDATE => {
-                let keep = said_update && !scored;
+                let keep = !part_of_create && !scored;
                 scored |= keep;
                 keep
             }
             _ => true,
         });
-        if said_update {
-            updated.insert(name);
-        }
     }
 }
 

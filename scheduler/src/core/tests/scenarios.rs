@@ -562,6 +562,34 @@ fn one_score_update_per_pass_however_many_objects_change() {
 }
 
 #[test]
+fn a_scores_only_write_says_score_update_only() {
+    let mut w = World::new(vec![cluster("a"), cluster("b"), cluster("c")]);
+    w.score(score("a", "r", &[("s", 90)], None));
+    w.score(score("b", "r", &[("s", 80)], None));
+    w.score(score("c", "r", &[("s", 10)], None));
+    let mut p = placement(
+        "ns",
+        "p",
+        json!({"numberOfClusters": 2, "scoreRateLimit": "0s", "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 1}]}}),
+    );
+    let o = w.apply(&mut p);
+    assert_eq!(writes(&o), ["create p-decision-1"]);
+    // a's score changes, the selection does not: the scores are rewritten; the decision did
+    // not change, so no DecisionUpdate (upstream never writes scores at all).
+    w.score(score("a", "r", &[("s", 70)], None));
+    let o = w.apply(&mut p);
+    assert_eq!(writes(&o), ["status p-decision-1 2"]);
+    let events: Vec<(&str, &str)> = o.events().map(|e| (e.reason, e.note.as_str())).collect();
+    assert_eq!(events, [("ScoreUpdate", "a:70 b:80 c:10 ")]);
+    // The selection changes: DecisionUpdate and ScoreUpdate.
+    w.score(score("c", "r", &[("s", 95)], None));
+    let o = w.apply(&mut p);
+    let events: Vec<&str> = o.events().map(|e| e.reason).collect();
+    assert_eq!(events, ["DecisionUpdate", "ScoreUpdate"]);
+}
+
+#[test]
 fn score_update_note_is_cut_before_1000_characters() {
     let w = World::new(
         (0..200)
