@@ -270,13 +270,16 @@ impl Recorder {
         }
     }
 
-    /// Writes counted repeats, and forgets the events not seen within the window.
+    /// Writes counted repeats, and forgets the events not seen within the window (a standby
+    /// forgets them unwritten: the new leader reports its own).
     async fn refresh(&mut self, now: jiff::Timestamp) {
         let keys: Vec<Arc<Key>> = self.cache.keys().cloned().collect();
+        let leader = self.leader.is_leader();
         for k in keys {
             self.write_series(&k).await;
             let ended = self.cache.get(&k).is_some_and(|e| {
-                e.count == e.written && since(now, e.last_observed) >= self.timing.window
+                (e.count == e.written || !leader)
+                    && since(now, e.last_observed) >= self.timing.window
             });
             if ended {
                 self.cache.remove(&k);

@@ -533,7 +533,8 @@ fn one_score_update_per_pass_however_many_objects_change() {
     let events: Vec<&str> = o.events().map(|e| e.reason).collect();
     assert_eq!(events, ["DecisionCreate", "DecisionCreate"]);
 
-    // Each later pass: DecisionUpdate once per existing object it rewrote, ScoreUpdate once,
+    // Each later pass: DecisionUpdate at most once per existing object it rewrote (and at
+    // least once: the clusters change), ScoreUpdate once,
     // DecisionCreate and DecisionDelete for the objects created and deleted.
     for n in [120, 60, 140] {
         p.spec.number_of_clusters = Some(n);
@@ -542,9 +543,10 @@ fn one_score_update_per_pass_however_many_objects_change() {
         let count = |prefix: &str| summaries.iter().filter(|w| w.starts_with(prefix)).count();
         let said = |reason: &str| o.events().filter(|e| e.reason == reason).count();
         assert!(count("status ") >= 1, "{n}: {summaries:?}");
-        assert_eq!(
-            said("DecisionUpdate"),
-            count("status "),
+        // (An object whose clusters stay and only their scores move says no DecisionUpdate.)
+        let updates = said("DecisionUpdate");
+        assert!(
+            (1..=count("status ")).contains(&updates),
             "{n}: {summaries:?}"
         );
         assert_eq!(said("ScoreUpdate"), 1, "{n}: {summaries:?}");
