@@ -814,6 +814,10 @@ async fn events_follow_the_writes() {
     hub.clusters(&["a", "b"], json!({})).await;
     hub.placement("p", json!({})).await;
     hub.expect("p", &["a", "b"]).await;
+    // Creating the object is one change (DecisionCreate); a third cluster then updates it
+    // (DecisionUpdate and ScoreUpdate).
+    hub.clusters(&["c"], json!({})).await;
+    hub.expect("p", &["a", "b", "c"]).await;
     let api: Api<Event> = Api::namespaced(hub.client.clone(), &hub.ns);
     let seen = eventually("the scheduler's events", || async {
         let events = api.list(&Default::default()).await.ok()?.items;
@@ -856,12 +860,17 @@ async fn events_follow_the_writes() {
         )),
         "{seen:?}"
     );
+    let c = hub.cluster_name("c");
+    let scores: Vec<&String> = seen
+        .iter()
+        .filter(|(r, t, _)| r == "ScoreUpdate" && t == "Normal")
+        .map(|(_, _, note)| note)
+        .collect();
     assert!(
-        seen.contains(&(
-            "ScoreUpdate".into(),
-            "Normal".into(),
-            format!("{a}:100 {b}:100 ")
-        )),
+        scores.len() == 1
+            && scores[0].starts_with(&format!("{a}:"))
+            && scores[0].contains(&format!(" {b}:"))
+            && scores[0].contains(&format!(" {c}:")),
         "{seen:?}"
     );
     let e = api
@@ -1443,4 +1452,148 @@ async fn a_burst_costs_few_passes_and_the_queue_says_when_it_is_settled() {
     assert!(spent >= 1);
     assert_eq!(depth(WAITING), 1, "only the scores' expiry is left");
     assert_eq!(hub.chosen("p").await, ["e"]);
+}
+
+/// The scheduler's events in the hub's namespace: (reason, type, note, series count), sorted.
+async fn scheduler_events(hub: &Hub) -> Vec<(String, String, String, i32)> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = Api::namespaced(hub.client.clone(), &hub.ns);
+    let mut out: Vec<(String, String, String, i32)> = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("placement-controller"))
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+                e.series.map_or(1, |s| s.count),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Issue 17, item 1: a new Placement on upstream's benchmark shape (numberOfClusters 10,
+/// Exact with AddOn + ResourceAllocatableCPU + Balance) costs four writes: the
+/// PlacementDecision's create and status, the Placement's status, and one `DecisionCreate`
+/// event (upstream: six, with DecisionUpdate and ScoreUpdate for the status write that
+/// completes the create). A reschedule that changes nothing then writes nothing.
+#[tokio::test]
+async fn a_new_placement_costs_four_writes() {
+    let hub = Hub::new("pl-fourw").await;
+    let short: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
+    let refs: Vec<&str> = short.iter().map(String::as_str).collect();
+    let names = hub.clusters(&refs, json!({})).await;
+    // Valid within the scheduler's bound (--max-score-validity, 10 minutes): no
+    // ScoreValidityCapped warning.
+    let valid_until = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(540))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    for (i, c) in names.iter().enumerate() {
+        let v = i32::try_from(i).unwrap() * 5;
+        hub.score(c, "demo", &[("demo", v)], Some(&valid_until))
+            .await;
+    }
+    let handle = hub.controller.as_ref().unwrap().handle.clone();
+    eventually("the controller to be ready", || async {
+        handle.ready().then_some(())
+    })
+    .await;
+    let before = quiet(&handle).await;
+    assert!(before.is_empty(), "writes before any placement: {before:?}");
+    hub.placement(
+        "p",
+        json!({"numberOfClusters": 10, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+            {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1},
+            {"scoreCoordinate": {"type": "BuiltIn", "builtIn": "ResourceAllocatableCPU"}, "weight": 1},
+            {"scoreCoordinate": {"type": "BuiltIn", "builtIn": "Balance"}, "weight": 1}]}}),
+    )
+    .await;
+    hub.expect_count("p", 10).await;
+    hub.expect_condition("p", SATISFIED, "True", "AllDecisionsScheduled")
+        .await;
+    eventually("the DecisionCreate event", || async {
+        (!scheduler_events(&hub).await.is_empty()).then_some(())
+    })
+    .await;
+    let after_create = quiet(&handle).await;
+    assert_eq!(
+        after_create,
+        std::collections::BTreeMap::from([
+            (("create", "events"), 1),
+            (("create", "placementdecisions"), 1),
+            (("patch", "placementdecisions/status"), 1),
+            (("patch", "placements/status"), 1),
+        ]),
+    );
+    assert_eq!(
+        scheduler_events(&hub).await,
+        [(
+            "DecisionCreate".to_owned(),
+            "Normal".to_owned(),
+            format!(
+                "Decision p-decision-1 is created with placement p in namespace {}",
+                hub.ns
+            ),
+            1
+        )]
+    );
+
+    // A reschedule that changes nothing: an unrelated label on a selected cluster.
+    let passes_before = passes(&handle);
+    hub.patch_cluster(
+        &names[11],
+        json!({"metadata": {"labels": {"unrelated": "x"}}}),
+    )
+    .await;
+    eventually("a pass after the label change", || async {
+        (passes(&handle) > passes_before).then_some(())
+    })
+    .await;
+    assert_eq!(quiet(&handle).await, after_create);
+    assert_eq!(scheduler_events(&hub).await.len(), 1);
+}
+
+/// Issue 17, item 1: the same event again is not a new Event object: it becomes a series on
+/// the first one (`series.count`), as client-go's events broadcaster does. A placement whose
+/// decision moves back and forth says "Decision p-decision-1 is updated ..." each time.
+#[tokio::test]
+async fn a_repeated_event_becomes_a_series() {
+    let hub = Hub::new("pl-series").await;
+    let names = hub.clusters(&["c0", "c1"], json!({})).await;
+    hub.score(&names[0], "demo", &[("demo", 90)], None).await;
+    hub.score(&names[1], "demo", &[("demo", 10)], None).await;
+    hub.placement("p", json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1}]}})).await;
+    hub.expect("p", &["c0"]).await;
+    // Two moves: the second DecisionUpdate repeats the first.
+    for (winner, loser, want) in [(1, 0, "c1"), (0, 1, "c0")] {
+        hub.score(&names[winner], "demo", &[("demo", 95)], None)
+            .await;
+        hub.score(&names[loser], "demo", &[("demo", 5)], None).await;
+        hub.expect("p", &[want]).await;
+    }
+    let note = format!(
+        "Decision p-decision-1 is updated with placement p in namespace {}",
+        hub.ns
+    );
+    let updates = eventually("the DecisionUpdate series", || async {
+        let updates: Vec<_> = scheduler_events(&hub)
+            .await
+            .into_iter()
+            .filter(|e| e.0 == "DecisionUpdate")
+            .collect();
+        updates.iter().any(|e| e.3 >= 2).then_some(updates)
+    })
+    .await;
+    assert_eq!(
+        updates,
+        [("DecisionUpdate".into(), "Normal".into(), note, 2)],
+        "one object for both updates"
+    );
 }

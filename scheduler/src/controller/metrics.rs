@@ -83,6 +83,8 @@ pub struct Metrics {
     pub watch_errors: Family<KindLabels, Counter>,
     /// Entries in per-key maps that must shrink when their objects go (leak detection).
     pub cache_entries: Family<CacheLabels, Gauge>,
+    /// Events not published because the recorder's queue was full.
+    pub events_dropped: Counter,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -101,6 +103,7 @@ impl Metrics {
             store_objects: Family::default(),
             watch_errors: Family::default(),
             cache_entries: Family::default(),
+            events_dropped: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("placement");
         r.register(
@@ -142,6 +145,11 @@ impl Metrics {
             "cache_entries",
             "Entries in the controller's per-placement maps, by map",
             m.cache_entries.clone(),
+        );
+        r.register(
+            "events_dropped",
+            "Events not published because the event recorder's queue was full",
+            m.events_dropped.clone(),
         );
         m
     }

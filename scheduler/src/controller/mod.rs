@@ -11,6 +11,7 @@
 //! checked against leadership and preconditioned on the objects it was computed from (see
 //! [`writer`]); the binary exits when it loses the lease (see `main.rs`).
 
+pub mod events;
 mod listing;
 pub mod metrics;
 pub mod queue;
@@ -377,7 +378,7 @@ pub async fn run(
     options: Options,
     shutdown: impl Future<Output = ()>,
 ) {
-    let writer = Writer::new(
+    let (writer, recorder) = Writer::new(
         client.clone(),
         handle.metrics.clone(),
         options.leader.clone(),
@@ -397,6 +398,8 @@ pub async fn run(
     tracing::info!(workers = ctx.options.workers, resync = ?ctx.options.resync, namespaces = ?ctx.options.namespaces, "placement controller starting");
 
     let mut tasks = tokio::task::JoinSet::new();
+    // Events are published by their own task: they never hold up a decision write.
+    tasks.spawn(recorder.run());
     tasks.spawn(watch(
         Api::<ManagedCluster>::all(client.clone()),
         "ManagedCluster",
@@ -749,9 +752,9 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     match written {
         Ok(again) => {
             ctx.mark(key, &placement, &snapshot, &outcome, inputs);
-            warn_capped_validity(ctx, key, &placement, &outcome).await;
+            warn_capped_validity(ctx, key, &placement, &outcome);
             if let Some(e) = core::plan::limit_event(placement.status.as_ref(), &outcome) {
-                ctx.writer.emit(&placement, &[e]).await;
+                ctx.writer.emit(&placement, &[e]);
             }
             ctx.enqueue(again);
             ctx.queue.forget(key);
@@ -798,12 +801,7 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
 
 /// The `ScoreValidityCapped` Warning, when the placement's capped scores changed since the
 /// last one (a placement that keeps using a capped score is not warned at every pass).
-async fn warn_capped_validity(
-    ctx: &Ctx,
-    key: &Key,
-    placement: &Placement,
-    outcome: &core::Outcome,
-) {
+fn warn_capped_validity(ctx: &Ctx, key: &Key, placement: &Placement, outcome: &core::Outcome) {
     let changed = ctx
         .handle
         .state
@@ -816,7 +814,7 @@ async fn warn_capped_validity(
             note = event.note,
             "scores valid beyond the bound"
         );
-        ctx.writer.emit(placement, &[event]).await;
+        ctx.writer.emit(placement, &[event]);
     }
 }
 

@@ -6,8 +6,9 @@
 //!
 //! Only the leader writes, and only what it computed from the objects as they still are:
 //!
-//! - leadership is checked before every attempt, retries included, and before every event (the
-//!   hub client checks it once more as each request goes out, after the rate limiter's wait);
+//! - leadership is checked before every attempt, retries included, and by the event recorder
+//!   before every event (the hub client checks it once more as each request goes out, after
+//!   the rate limiter's wait);
 //! - every patch and delete of an existing object carries the `resourceVersion` (deletes also
 //!   the `uid`) of the object the outcome was computed from, or of our own write of it since.
 //!   A 409 Conflict means someone else (a newer leader, a user) wrote it meanwhile: the write
@@ -18,8 +19,6 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::Event as KubeEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client, Resource};
 use ocm_api::{Placement, PlacementDecision};
@@ -30,11 +29,12 @@ use thiserror::Error;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Leader;
+use super::events::{Events, Publish, Recorder, Timing};
 use super::metrics::Metrics;
 use super::state::Shared;
 use super::triggers::Key;
 use crate::core::Outcome;
-use crate::core::plan::{Event, EventType, PlannedWrite, Write};
+use crate::core::plan::{Event, PlannedWrite, Write};
 
 #[derive(Debug, Error)]
 pub enum WriteError {
@@ -51,8 +51,7 @@ pub enum WriteError {
 
 pub struct Writer {
     client: Client,
-    /// `reportingInstance` of our events (the pod or host name).
-    instance: String,
+    events: Events,
     metrics: Arc<Metrics>,
     leader: Arc<dyn Leader>,
 }
@@ -140,16 +139,21 @@ fn already_exists(e: &kube::Error) -> bool {
 }
 
 impl Writer {
-    pub fn new(client: Client, metrics: Arc<Metrics>, leader: Arc<dyn Leader>) -> Self {
-        let instance = std::env::var("POD_NAME")
-            .or_else(|_| std::env::var("HOSTNAME"))
-            .unwrap_or_else(|_| REPORTER.to_owned());
-        Self {
+    /// The writer, and the event recorder it feeds: run [`Recorder::run`] beside the workers.
+    pub fn new(client: Client, metrics: Arc<Metrics>, leader: Arc<dyn Leader>) -> (Self, Recorder) {
+        let (events, recorder) = super::events::recorder(
+            client.clone(),
+            metrics.clone(),
+            leader.clone(),
+            Timing::default(),
+        );
+        let writer = Self {
             client,
-            instance,
+            events,
             metrics,
             leader,
-        }
+        };
+        (writer, recorder)
     }
 
     fn check_leader(&self, what: &str) -> Result<(), WriteError> {
@@ -246,7 +250,7 @@ impl Writer {
                     }
                 }
             }
-            self.emit(placement, &pw.events).await;
+            self.emit(placement, &pw.events);
         }
         if placement.status.as_ref() != Some(&outcome.placement_status) {
             let what = format!("Placement {ns}/{}", outcome.name);
@@ -372,79 +376,31 @@ impl Writer {
         }
     }
 
-    /// Publishes events (regarding the Placement, related to their decision if they name
-    /// one). An event that cannot be published is logged and counted; it never fails the
-    /// write.
-    pub async fn emit(&self, placement: &Placement, to_emit: &[Event]) {
-        // Written directly (events.k8s.io/v1), one object per event, as client-go's event
-        // recorder does. kube-runtime's Recorder keeps every event of the last minutes in a
-        // cache it scans on each publish, which costs O(events) CPU and memory per event at
-        // scale (a 10,000-placement run spent most of its CPU there).
+    /// Hands events (regarding the Placement, related to their decision if they name one)
+    /// to the recorder ([`super::events`]) without waiting: an event never delays a write,
+    /// and one that cannot be published never fails it.
+    pub fn emit(&self, placement: &Placement, to_emit: &[Event]) {
         let regarding: ObjectReference = placement.object_ref(&());
-        let ns = placement.metadata.namespace.clone().unwrap_or_default();
-        let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &ns);
+        let namespace = placement.metadata.namespace.clone().unwrap_or_default();
+        let at = jiff::Timestamp::now();
         for e in to_emit {
-            if !self.leader.is_leader() {
-                tracing::debug!(
-                    reason = e.reason,
-                    "not the leader any more: event not published"
-                );
-                self.metrics.api_write("create", "events", "not_leader");
-                continue;
-            }
-            let now = jiff::Timestamp::now();
             let related = (!e.decision.is_empty()).then(|| ObjectReference {
                 api_version: Some(PlacementDecision::api_version(&()).into_owned()),
                 kind: Some(PlacementDecision::kind(&()).into_owned()),
                 name: Some(e.decision.clone()),
-                namespace: Some(ns.clone()),
+                namespace: Some(namespace.clone()),
                 ..ObjectReference::default()
             });
-            let event = KubeEvent {
-                metadata: ObjectMeta {
-                    name: Some(format!(
-                        "{}.{:x}",
-                        placement.metadata.name.as_deref().unwrap_or(REPORTER),
-                        now.as_nanosecond()
-                    )),
-                    namespace: Some(ns.clone()),
-                    ..ObjectMeta::default()
-                },
-                event_time: Some(MicroTime(now)),
-                type_: Some(
-                    match e.type_ {
-                        EventType::Normal => "Normal",
-                        EventType::Warning => "Warning",
-                    }
-                    .to_owned(),
-                ),
-                reason: Some(e.reason.to_owned()),
-                action: Some(e.action.to_owned()),
-                note: Some(e.note.clone()),
-                regarding: Some(regarding.clone()),
+            self.events.publish(Publish {
+                namespace: namespace.clone(),
+                regarding: regarding.clone(),
                 related,
-                reporting_controller: Some(REPORTER.to_owned()),
-                reporting_instance: Some(self.instance.clone()),
-                ..KubeEvent::default()
-            };
-            let result = events.create(&PostParams::default(), &event).await;
-            self.metrics.api_write(
-                "create",
-                "events",
-                match &result {
-                    Ok(_) => "success",
-                    Err(e) if is_not_leader(e) => "not_leader",
-                    Err(_) => "error",
-                },
-            );
-            if let Err(err) = result {
-                tracing::warn!(reason = e.reason, error = %err, "publishing an event failed");
-            }
+                event: e.clone(),
+                at,
+            });
         }
     }
 }
-
-const REPORTER: &str = ocm_api::wellknown::placement_event::REPORTING_CONTROLLER;
 
 #[cfg(test)]
 mod tests {

@@ -68,7 +68,7 @@ impl Write {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
     Normal,
     Warning,
@@ -286,12 +286,21 @@ pub fn writes(
     let mut out = Vec::new();
     let status_write =
         |out: &mut Vec<PlannedWrite>, name: &str, decisions: Vec<ClusterDecision>| {
+            // Only the scores (or their order) change: the decision itself did not, so no
+            // DecisionUpdate (but a Warning still says its news); ScoreUpdate says it.
+            let scores_only = old.get(name).is_some_and(|o| {
+                members(o) == decisions.iter().map(|e| e.cluster_name.clone()).collect()
+            });
+            let mut events = status_events(ctx, name);
+            if scores_only {
+                events.retain(|e| e.reason != ev::DECISION_UPDATE || e.type_ == EventType::Warning);
+            }
             out.push(PlannedWrite {
                 write: Write::Status {
                     name: name.to_owned(),
                     status: PlacementDecisionStatus { decisions },
                 },
-                events: status_events(ctx, name),
+                events,
             });
         };
     let create = |out: &mut Vec<PlannedWrite>, d: PlacementDecision| {
@@ -306,10 +315,17 @@ pub fn writes(
             ),
             decision: name.clone(),
         }];
-        // The status is written right after the create; an empty one is not (the apiserver
-        // already holds an empty status), so it has no update events either (as upstream).
-        if decision_entries(&d).next().is_some() {
-            events.extend(status_events(ctx, &name));
+        // Creating an object and filling its status is one change: DecisionCreate says it
+        // (upstream adds DecisionUpdate and ScoreUpdate for the status write that completes
+        // the create). Only a Warning is still said, as upstream's Warning DecisionUpdate: it
+        // is news (expired scores) that DecisionCreate does not carry. An empty status is not
+        // written at all (the apiserver already holds one).
+        if decision_entries(&d).next().is_some() && ctx.warning.is_some() {
+            events.extend(
+                status_events(ctx, &name)
+                    .into_iter()
+                    .filter(|e| e.reason == ev::DECISION_UPDATE),
+            );
         }
         out.push(PlannedWrite {
             write: Write::Create(Box::new(d)),
@@ -452,7 +468,40 @@ pub fn writes(
             write: Write::Delete { name },
         });
     }
+    one_event_per_change(&mut out);
     out
+}
+
+/// Keeps one event per real change in a pass's writes:
+///
+/// - an object created in this pass has its DecisionCreate; the status writes that follow
+///   (a cycle grew it, then shrank it to its final clusters) are part of that creation;
+/// - an existing object says DecisionUpdate once, however many writes it took to get there;
+/// - ScoreUpdate is said once per pass, with the first status write of an existing object
+///   (upstream repeats the same placement-wide note for every object it patched), and not
+///   in a pass that only created objects (the scores stay visible in the debug endpoint).
+fn one_event_per_change(out: &mut [PlannedWrite]) {
+    let mut created: BTreeSet<String> = BTreeSet::new();
+    let mut updated: BTreeSet<String> = BTreeSet::new();
+    let mut scored = false;
+    for pw in out.iter_mut() {
+        let creating = matches!(pw.write, Write::Create(_));
+        let name = pw.write.decision_name().to_owned();
+        if creating {
+            created.insert(name.clone());
+            continue;
+        }
+        let part_of_create = created.contains(&name);
+        pw.events.retain(|e| match e.reason {
+            ev::DECISION_UPDATE => !part_of_create && updated.insert(e.decision.clone()),
+            ev::SCORE_UPDATE => {
+                let keep = !part_of_create && !scored;
+                scored |= keep;
+                keep
+            }
+            _ => true,
+        });
+    }
 }
 
 /// The hub's PlacementDecisions as a sequence of writes leaves them: object -> clusters.

@@ -409,3 +409,76 @@ pub fn metric_sum(registry: &prometheus_client::registry::Registry, name: &str) 
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// The controller's successful writes by (verb, resource), read from its own counters (one
+/// per API call). Every label the writer and the event recorder use is listed here.
+pub fn writes(handle: &Handle) -> BTreeMap<(&'static str, &'static str), u64> {
+    use placement_scheduler::controller::metrics::WriteLabels;
+    const CALLS: [(&str, &str); 7] = [
+        ("create", "placementdecisions"),
+        ("patch", "placementdecisions"),
+        ("patch", "placementdecisions/status"),
+        ("delete", "placementdecisions"),
+        ("patch", "placements/status"),
+        ("create", "events"),
+        ("patch", "events"),
+    ];
+    let mut out = BTreeMap::new();
+    for (verb, resource) in CALLS {
+        let n = handle
+            .metrics
+            .api_writes
+            .get_or_create(&WriteLabels {
+                verb: verb.into(),
+                resource: resource.into(),
+                result: "success".into(),
+            })
+            .get();
+        if n > 0 {
+            out.insert((verb, resource), n);
+        }
+    }
+    out
+}
+
+/// Scheduling passes the controller completed, whatever their result.
+pub fn passes(handle: &Handle) -> u64 {
+    use placement_scheduler::controller::metrics::ResultLabels;
+    [
+        "success",
+        "warning",
+        "misconfigured",
+        "error",
+        "limit_exceeded",
+        "transient",
+        "write_error",
+    ]
+    .into_iter()
+    .map(|r| {
+        handle
+            .metrics
+            .schedules
+            .get_or_create(&ResultLabels { result: r.into() })
+            .get()
+    })
+    .sum()
+}
+
+/// Waits until the controller is at rest: no pass and no write over two polls a second
+/// apart (placements waiting for a requeue time still count in `placement_queue_depth`).
+/// Returns the writes then.
+pub async fn quiet(handle: &Handle) -> BTreeMap<(&'static str, &'static str), u64> {
+    let mut last = None;
+    eventually("the controller to come to rest", || {
+        let now = (passes(handle), writes(handle));
+        let previous = last.replace(now.clone());
+        async move {
+            if previous.as_ref() != Some(&now) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                return None;
+            }
+            Some(now.1)
+        }
+    })
+    .await
+}

@@ -476,12 +476,10 @@ fn writes_create_update_label_only_no_change_and_leftovers() {
     let mut p = placement("ns", "p", json!({"numberOfClusters": 2}));
     let o = w.apply(&mut p);
     assert_eq!(writes(&o), ["create p-decision-1"]);
+    // Creating the object and filling its status is one change: one event (upstream adds
+    // DecisionUpdate and ScoreUpdate for the status write that completes the create).
     let events: Vec<&str> = o.events().map(|e| e.reason).collect();
-    assert_eq!(events, ["DecisionCreate", "DecisionUpdate", "ScoreUpdate"]);
-    assert_eq!(
-        o.events().last().unwrap().note,
-        "c1:100 c2:100 c3:100 c4:100 c5:100 "
-    );
+    assert_eq!(events, ["DecisionCreate"]);
 
     // Nothing changed: no writes, same status.
     let o = w.schedule(&p);
@@ -506,10 +504,91 @@ fn writes_create_update_label_only_no_change_and_leftovers() {
         "Decision p-decision-9 is deleted with placement p in namespace ns"
     );
 
-    // Fewer clusters wanted: a status write.
+    // Fewer clusters wanted: a status write, said by DecisionUpdate and the scores of every
+    // filtered cluster.
     p.spec.number_of_clusters = Some(1);
     let o = w.apply(&mut p);
     assert_eq!(writes(&o), ["status p-decision-1 1"]);
+    let events: Vec<(&str, &str)> = o.events().map(|e| (e.reason, e.note.as_str())).collect();
+    assert_eq!(
+        events,
+        [
+            (
+                "DecisionUpdate",
+                "Decision p-decision-1 is updated with placement p in namespace ns"
+            ),
+            // Steady adds 100 for the clusters kept from the last pass.
+            ("ScoreUpdate", "c1:200 c2:200 c3:100 c4:100 c5:100 "),
+        ]
+    );
+}
+
+#[test]
+fn one_score_update_per_pass_however_many_objects_change() {
+    // 150 clusters in two objects, then 120, 60 and 140: one or two objects rewritten.
+    let mut w = World::new((0..150).map(|i| cluster(&format!("c{i:03}"))).collect());
+    let mut p = placement("ns", "p", json!({"numberOfClusters": 150}));
+    let o = w.apply(&mut p);
+    assert_eq!(writes(&o), ["create p-decision-1", "create p-decision-2"]);
+    let events: Vec<&str> = o.events().map(|e| e.reason).collect();
+    assert_eq!(events, ["DecisionCreate", "DecisionCreate"]);
+
+    // Each later pass: DecisionUpdate at most once per existing object it rewrote (and at
+    // least once: the clusters change), ScoreUpdate once,
+    // DecisionCreate and DecisionDelete for the objects created and deleted.
+    for n in [120, 60, 140] {
+        p.spec.number_of_clusters = Some(n);
+        let o = w.apply(&mut p);
+        let summaries = writes(&o);
+        let count = |prefix: &str| summaries.iter().filter(|w| w.starts_with(prefix)).count();
+        let said = |reason: &str| o.events().filter(|e| e.reason == reason).count();
+        assert!(count("status ") >= 1, "{n}: {summaries:?}");
+        // (An object whose clusters stay and only their scores move says no DecisionUpdate.)
+        let updates = said("DecisionUpdate");
+        assert!(
+            (1..=count("status ")).contains(&updates),
+            "{n}: {summaries:?}"
+        );
+        assert_eq!(said("ScoreUpdate"), 1, "{n}: {summaries:?}");
+        assert_eq!(
+            said("DecisionCreate"),
+            count("create "),
+            "{n}: {summaries:?}"
+        );
+        assert_eq!(
+            said("DecisionDelete"),
+            count("delete "),
+            "{n}: {summaries:?}"
+        );
+    }
+}
+
+#[test]
+fn a_scores_only_write_says_score_update_only() {
+    let mut w = World::new(vec![cluster("a"), cluster("b"), cluster("c")]);
+    w.score(score("a", "r", &[("s", 90)], None));
+    w.score(score("b", "r", &[("s", 80)], None));
+    w.score(score("c", "r", &[("s", 10)], None));
+    let mut p = placement(
+        "ns",
+        "p",
+        json!({"numberOfClusters": 2, "scoreRateLimit": "0s", "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 1}]}}),
+    );
+    let o = w.apply(&mut p);
+    assert_eq!(writes(&o), ["create p-decision-1"]);
+    // a's score changes, the selection does not: the scores are rewritten; the decision did
+    // not change, so no DecisionUpdate (upstream never writes scores at all).
+    w.score(score("a", "r", &[("s", 70)], None));
+    let o = w.apply(&mut p);
+    assert_eq!(writes(&o), ["status p-decision-1 2"]);
+    let events: Vec<(&str, &str)> = o.events().map(|e| (e.reason, e.note.as_str())).collect();
+    assert_eq!(events, [("ScoreUpdate", "a:70 b:80 c:10 ")]);
+    // The selection changes: DecisionUpdate and ScoreUpdate.
+    w.score(score("c", "r", &[("s", 95)], None));
+    let o = w.apply(&mut p);
+    let events: Vec<&str> = o.events().map(|e| e.reason).collect();
+    assert_eq!(events, ["DecisionUpdate", "ScoreUpdate"]);
 }
 
 #[test]
@@ -519,11 +598,18 @@ fn score_update_note_is_cut_before_1000_characters() {
             .map(|i| cluster(&format!("cluster-{i:04}")))
             .collect(),
     );
-    let o = w.schedule(&placement("ns", "p", json!({})));
+    // The note comes with a status write of an existing object: 1 cluster, then all.
+    let mut w = w;
+    let mut p = placement("ns", "p", json!({"numberOfClusters": 1}));
+    w.apply(&mut p);
+    p.spec.number_of_clusters = None;
+    let o = w.schedule(&p);
     let note = &o.events().find(|e| e.reason == "ScoreUpdate").unwrap().note;
     assert!(note.ends_with("......"), "{note}");
     assert!(note.len() <= 1006);
-    assert!(note.starts_with("cluster-0000:100 cluster-0001:100 "));
+    // (Steady now favours the one cluster kept from the first pass.)
+    assert!(note.starts_with("cluster-0000:"), "{note}");
+    assert!(note.contains(" cluster-0001:100 "), "{note}");
 }
 
 #[test]
