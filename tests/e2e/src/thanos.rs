@@ -71,9 +71,10 @@ pub async fn start(fleet: &mut Fleet, opts: &Options) -> Result<ThanosMode, Erro
             &format!("--refresh-period={}ms", opts.refresh.as_millis()),
             &format!("--debounce={}ms", opts.debounce.as_millis()),
             &format!("--cpu-range=0:{biggest}"),
-            "--window=2m",
+            // Short: a removed pod's requests count until they leave the window.
+            "--window=30s",
             "--freshness-step=2s",
-            "--max-data-age=30s",
+            "--max-data-age=20s",
         ],
     )?;
     Ok(ThanosMode {
