@@ -22,6 +22,8 @@ tests/control-plane/build.sh
 echo "control plane ready after $((SECONDS - start))s"
 tests/prometheus/build.sh
 echo "prometheus ready after $((SECONDS - start))s"
+tests/thanos/build.sh
+echo "thanos ready after $((SECONDS - start))s"
 tests/helm/build.sh
 echo "helm ready after $((SECONDS - start))s"
 tests/faketime/build.sh

@@ -12,7 +12,7 @@ use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
 use resource_usage_hub::manager::controller::{self, Handle, Leader, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;
-use resource_usage_hub::scorer::prom::{PromClient, PromSettings};
+use resource_usage_hub::scorer::prom::{PromClient, PromSettings, ThanosParams};
 use resource_usage_hub::scorer::provider::{Normalise, PromScorer, ScorerMetrics, ScorerSettings};
 use resource_usage_hub::scorer::queries::Queries;
 use score_provider::usage::requests::Resource;
@@ -70,9 +70,19 @@ struct ScorerArgs {
     /// expire. Between 64Ki and 1Gi; 8Mi holds the by-node answers of about 70,000 nodes.
     #[arg(long, env = "PROMETHEUS_MAX_RESPONSE_SIZE", default_value = "8Mi", value_parser = parse_size)]
     prometheus_max_response_size: usize,
-    /// Send Thanos' `dedup=true&partial_response=false` (Prometheus ignores them).
+    /// Send Thanos' `dedup` and `partial_response` parameters (Prometheus ignores them).
     #[arg(long, env = "THANOS_PARAMS", default_value_t = true, action = clap::ArgAction::Set)]
     thanos_params: bool,
+    /// Thanos `dedup`: merge an HA pair's replicas (series that differ only in Query's
+    /// `--query.replica-label`).
+    #[arg(long, env = "THANOS_DEDUP", default_value_t = true, action = clap::ArgAction::Set)]
+    thanos_dedup: bool,
+    /// Thanos `partial_response`: accept an answer without the stores that failed. The
+    /// clusters its warnings name, and those whose series are absent, count as missing
+    /// (`NoMetrics`; their scores expire, never zeroed); the others are renewed. With `false`
+    /// one dead store fails every query and no cluster is renewed.
+    #[arg(long, env = "THANOS_PARTIAL_RESPONSE", default_value_t = true, action = clap::ArgAction::Set)]
+    thanos_partial_response: bool,
     /// The series label that holds the ManagedCluster's name. Trust follows whoever sets it:
     /// prefer one the hub side sets from the sender's authenticated identity (Thanos Receive's
     /// tenant label); one the spoke sets lets a spoke speak for another cluster (its series
@@ -310,7 +320,10 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
         headers: args.prometheus_headers.clone(),
         timeout: args.prometheus_timeout,
         attempts: usize::from(args.prometheus_attempts),
-        thanos: args.thanos_params,
+        thanos: args.thanos_params.then_some(ThanosParams {
+            dedup: args.thanos_dedup,
+            partial_response: args.thanos_partial_response,
+        }),
         max_response_bytes: args.prometheus_max_response_size,
     })?;
     let mut bounds = Bounds::default();
@@ -448,5 +461,7 @@ mod tests {
             args.prometheus_max_response_size,
             resource_usage_hub::scorer::prom::DEFAULT_MAX_RESPONSE_BYTES
         );
+        // Partial answers accepted, replicas merged: one dead store never blinds the fleet.
+        assert!(args.thanos_params && args.thanos_dedup && args.thanos_partial_response);
     }
 }

@@ -36,11 +36,38 @@ pub struct PromSettings {
     pub timeout: Duration,
     /// Attempts per query (1 = no retry).
     pub attempts: usize,
-    /// Thanos' `dedup` and `partial_response=false`: deduplicated replicas, and an error rather
-    /// than a silently partial answer.
-    pub thanos: bool,
+    /// Thanos' request parameters, sent when set (Prometheus ignores them).
+    pub thanos: Option<ThanosParams>,
     /// The largest answer body read; a larger one fails the query ([`PromError::TooLarge`]).
     pub max_response_bytes: usize,
+}
+
+/// Thanos Query's `dedup` and `partial_response` parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThanosParams {
+    /// Merge the replicas of an HA pair (series that differ only in Query's
+    /// `--query.replica-label`) into one.
+    pub dedup: bool,
+    /// Accept an answer that lacks the stores that failed, with a warning naming each. Without
+    /// it one dead store fails every query, so no cluster's score is renewed.
+    pub partial_response: bool,
+}
+
+impl Default for ThanosParams {
+    fn default() -> Self {
+        Self {
+            dedup: true,
+            partial_response: true,
+        }
+    }
+}
+
+/// A successful answer: its samples, and the `warnings` a partial answer carries (Thanos names
+/// the store that failed, with its external labels, in each).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Answer {
+    pub samples: Vec<Sample>,
+    pub warnings: Vec<String>,
 }
 
 /// 8 MiB. A by-node series takes about 120 bytes of an answer (cluster, node and value
@@ -199,7 +226,7 @@ impl PromClient {
     }
 
     /// An instant query, now. Retries transient failures with jittered backoff.
-    pub async fn query(&self, promql: &str) -> Result<Vec<Sample>, PromError> {
+    pub async fn query(&self, promql: &str) -> Result<Answer, PromError> {
         let attempt = || async { self.query_once(promql).await };
         attempt
             .retry(
@@ -213,10 +240,13 @@ impl PromClient {
             .await
     }
 
-    async fn query_once(&self, promql: &str) -> Result<Vec<Sample>, PromError> {
+    async fn query_once(&self, promql: &str) -> Result<Answer, PromError> {
         let mut form = format!("query={}", encode(promql));
-        if self.settings.thanos {
-            form.push_str("&dedup=true&partial_response=false");
+        if let Some(t) = self.settings.thanos {
+            form.push_str(&format!(
+                "&dedup={}&partial_response={}",
+                t.dedup, t.partial_response
+            ));
         }
         let mut req = Request::post(format!("{}/api/v1/query", self.base))
             .header(
@@ -338,6 +368,9 @@ struct Envelope {
     error_type: String,
     #[serde(default)]
     error: String,
+    /// A partial answer's reasons (Thanos; Prometheus for some evaluation problems).
+    #[serde(default)]
+    warnings: Vec<String>,
 }
 
 /// `data` of an answer by `resultType`: what the scorer uses is read, the other shapes are
@@ -358,8 +391,9 @@ struct VectorSample {
     value: (f64, String),
 }
 
-/// The answer of `/api/v1/query`: an instant vector (a scalar becomes one unlabelled sample).
-fn decode(status: StatusCode, body: &[u8]) -> Result<Vec<Sample>, PromError> {
+/// The answer of `/api/v1/query`: an instant vector (a scalar becomes one unlabelled sample),
+/// with its warnings.
+fn decode(status: StatusCode, body: &[u8]) -> Result<Answer, PromError> {
     let envelope: Result<Envelope, _> = serde_json::from_slice(body);
     let text = || String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
     let envelope = match envelope {
@@ -398,7 +432,7 @@ fn decode(status: StatusCode, body: &[u8]) -> Result<Vec<Sample>, PromError> {
                 .map_err(|e| PromError::Decode(format!("sample value {s:?}: {e}"))),
         }
     };
-    match data {
+    let samples = match data {
         Data::Vector(samples) => samples
             .into_iter()
             .map(|s| {
@@ -407,15 +441,62 @@ fn decode(status: StatusCode, body: &[u8]) -> Result<Vec<Sample>, PromError> {
                     value: parse(&s.value.1)?,
                 })
             })
-            .collect(),
-        Data::Scalar((_, v)) => Ok(vec![Sample {
+            .collect::<Result<_, _>>()?,
+        Data::Scalar((_, v)) => vec![Sample {
             labels: BTreeMap::new(),
             value: parse(&v)?,
-        }]),
-        Data::Matrix(_) | Data::String(_) => Err(PromError::Decode(
-            "a range vector or a string: a query must give an instant vector".into(),
-        )),
+        }],
+        Data::Matrix(_) | Data::String(_) => {
+            return Err(PromError::Decode(
+                "a range vector or a string: a query must give an instant vector".into(),
+            ));
+        }
+    };
+    Ok(Answer {
+        samples,
+        warnings: envelope.warnings,
+    })
+}
+
+/// The values of `label` a warning names, as Thanos writes a failed store's external labels
+/// (`{cluster="c2", replica="a"}`, Go-quoted): every `label="value"` that starts a word. A
+/// warning that names none (a store without that label) yields nothing.
+pub fn named_in(warning: &str, label: &str) -> Vec<String> {
+    let needle = format!("{label}=\"");
+    let mut out = Vec::new();
+    let mut rest = warning;
+    while let Some(at) = rest.find(&needle) {
+        let before = rest[..at].chars().next_back();
+        let tail = &rest[at + needle.len()..];
+        rest = tail;
+        // `xcluster="..."` is another label.
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let mut value = String::new();
+        let mut chars = tail.char_indices();
+        let mut closed = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, e)) = chars.next() {
+                        value.push(e);
+                    }
+                }
+                '"' => {
+                    closed = Some(i);
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        let Some(end) = closed else { break };
+        rest = &tail[end..];
+        if !value.is_empty() && !out.contains(&value) {
+            out.push(value);
+        }
     }
+    out
 }
 
 #[cfg(test)]
@@ -427,14 +508,14 @@ mod tests {
         let ok = br#"{"status":"success","data":{"resultType":"vector","result":[
             {"metric":{"cluster":"a","node":"n1"},"value":[1700000000.5,"8"]},
             {"metric":{"cluster":"b"},"value":[1700000000.5,"NaN"]}]}}"#;
-        let got = decode(StatusCode::OK, ok).expect("decodes");
+        let got = decode(StatusCode::OK, ok).expect("decodes").samples;
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].labels["node"], "n1");
         assert_eq!(got[0].value, 8.0);
         assert!(got[1].value.is_nan());
         let scalar = br#"{"status":"success","data":{"resultType":"scalar","result":[1,"3.5"]}}"#;
         assert_eq!(
-            decode(StatusCode::OK, scalar).expect("scalar")[0].value,
+            decode(StatusCode::OK, scalar).expect("scalar").samples[0].value,
             3.5
         );
         let bad = br#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#;
@@ -484,7 +565,7 @@ mod tests {
             headers: vec![("X-Scope-OrgID".into(), "fleet".into())],
             timeout: Duration::from_millis(300),
             attempts: 2,
-            thanos: true,
+            thanos: Some(ThanosParams::default()),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         })
         .expect("client");
@@ -523,10 +604,12 @@ mod tests {
 
     #[test]
     fn decodes_only_the_shapes_the_scorer_uses() {
-        // Fields the scorer does not read (Prometheus' stats, warnings) are skipped.
+        // Fields the scorer does not read (Prometheus' stats) are skipped; warnings are kept.
         let extra = br#"{"status":"success","warnings":["w"],"data":{"resultType":"vector",
             "result":[{"metric":{"cluster":"a"},"value":[1,"2"]}],"stats":{"timings":{}}}}"#;
-        assert_eq!(decode(StatusCode::OK, extra).expect("vector")[0].value, 2.0);
+        let answer = decode(StatusCode::OK, extra).expect("vector");
+        assert_eq!(answer.samples[0].value, 2.0);
+        assert_eq!(answer.warnings, ["w"]);
         for bad in [
             // A native histogram sample has no value.
             &br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"histogram":[1,{}]}]}}"#[..],
@@ -584,7 +667,7 @@ mod tests {
             headers: vec![],
             timeout: Duration::from_secs(60),
             attempts: 3,
-            thanos: false,
+            thanos: None,
             max_response_bytes: 1 << 20,
         })
         .expect("client");
@@ -612,6 +695,18 @@ mod tests {
     }
 
     #[test]
+    fn names_the_clusters_a_warning_names() {
+        let w = r#"receive series from Addr: 127.0.0.1:10901 LabelSets: {cluster="c2", replica="a"},{cluster="c\"3"} MinTime: 1 MaxTime: 2: rpc error: code = Unavailable"#;
+        assert_eq!(named_in(w, "cluster"), ["c2", "c\"3"]);
+        assert_eq!(named_in(w, "replica"), ["a"]);
+        // Another label that ends in the name, an unclosed value, no label at all.
+        assert!(named_in(r#"{xcluster="c1"}"#, "cluster").is_empty());
+        assert!(named_in(r#"{cluster="c1"#, "cluster").is_empty());
+        assert!(named_in("context deadline exceeded", "cluster").is_empty());
+        assert!(named_in(r#"cluster="""#, "cluster").is_empty());
+    }
+
+    #[test]
     fn form_encoding_and_settings_errors() {
         assert_eq!(
             encode("sum by (a) (x{y=\"z\"})"),
@@ -625,7 +720,7 @@ mod tests {
             headers: vec![],
             timeout: Duration::from_secs(1),
             attempts: 1,
-            thanos: false,
+            thanos: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         };
         assert!(PromClient::new(base.clone()).is_ok());

@@ -20,7 +20,7 @@ use score_provider::usage::requests::Resource;
 use score_provider::usage::scores::{Bounds, Free, scores};
 use score_provider::{Change, Computed, Outcome, ProviderError, ScoreProvider, Scores};
 
-use super::prom::{PromClient, PromError, Sample};
+use super::prom::{PromClient, PromError, Sample, named_in};
 use super::queries::{Assembled, ClusterData, Dropped, Metric, Queries, Query, assemble};
 
 /// How scores are normalised.
@@ -81,6 +81,13 @@ pub const MAX_RESPONSE_FLAG: &str = "--prometheus-max-response-size";
 /// The condition reason of a cluster whose series disagree.
 pub const REASON_CONFLICT: &str = "ConflictingSeries";
 
+/// The condition reason of a cluster without (usable) metrics: none in the answers, or a
+/// partial answer's warning names its store.
+pub const REASON_NO_METRICS: &str = "NoMetrics";
+
+/// At most this much of a warning is repeated in a condition message or a log line.
+const WARNING_SHOWN: usize = 300;
+
 /// `scorer_*` metrics.
 #[derive(Clone, Default)]
 pub struct ScorerMetrics {
@@ -91,6 +98,8 @@ pub struct ScorerMetrics {
     pub skipped: Gauge,
     pub conflicting: Gauge,
     pub dropped_series: Family<DroppedLabels, Counter>,
+    pub query_warnings: Family<MetricLabels, Counter>,
+    pub partial: Gauge,
 }
 
 impl ScorerMetrics {
@@ -125,6 +134,16 @@ impl ScorerMetrics {
             "conflicting_clusters",
             "Clusters whose scores the last compute withheld because series under their name disagree",
             self.conflicting.clone(),
+        );
+        r.register(
+            "query_warnings",
+            "Warnings of partial query answers (a store that failed) by metric",
+            self.query_warnings.clone(),
+        );
+        r.register(
+            "partial_clusters",
+            "Clusters the last compute counted as missing because a partial answer's warning names their store",
+            self.partial.clone(),
         );
         r.register(
             "dropped_series",
@@ -280,7 +299,10 @@ impl PromScorer {
         (label_foreign || field_foreign) && live
     }
 
-    async fn run_queries(&self) -> Result<BTreeMap<Metric, Vec<Sample>>, ProviderError> {
+    /// The answers by metric, and every distinct warning of them.
+    async fn run_queries(
+        &self,
+    ) -> Result<(BTreeMap<Metric, Vec<Sample>>, BTreeSet<String>), ProviderError> {
         let runs = self.queries.iter().map(|q| async move {
             let started = Instant::now();
             let r = self.client.query(&q.promql).await;
@@ -310,10 +332,20 @@ impl PromScorer {
             (q.metric, r)
         });
         let mut out = BTreeMap::new();
+        let mut warnings = BTreeSet::new();
         for (metric, r) in futures::future::join_all(runs).await {
             match r {
-                Ok(samples) => {
-                    out.insert(metric, samples);
+                Ok(answer) => {
+                    if !answer.warnings.is_empty() {
+                        self.metrics
+                            .query_warnings
+                            .get_or_create(&MetricLabels {
+                                metric: metric.name(),
+                            })
+                            .inc_by(answer.warnings.len() as u64);
+                    }
+                    warnings.extend(answer.warnings);
+                    out.insert(metric, answer.samples);
                 }
                 // Headroom is optional: without it the resource scores still stand.
                 Err(e) if matches!(metric, Metric::CpuHeadroom | Metric::MemoryHeadroom) => {
@@ -327,8 +359,40 @@ impl PromScorer {
                 }
             }
         }
-        Ok(out)
+        Ok((out, warnings))
     }
+
+    /// The clusters the warnings name (each with the first warning naming it), logged: a
+    /// partial answer lacks what their stores hold, so they count as missing this round.
+    fn partial(&self, warnings: &BTreeSet<String>) -> BTreeMap<String, String> {
+        let mut named = BTreeMap::new();
+        for w in warnings {
+            let shown = shorten(w);
+            let clusters = named_in(w, &self.settings.queries.label);
+            // Names from a store's labels are whoever runs it: logged, never metric labels.
+            tracing::warn!(
+                warning = %shown,
+                clusters = ?clusters,
+                "partial answer: the query API lacks a store; the clusters it names count as missing"
+            );
+            for c in clusters {
+                named.entry(c).or_insert_with(|| shown.clone());
+            }
+        }
+        named
+    }
+}
+
+/// `w` cut to [`WARNING_SHOWN`] bytes at a character boundary.
+fn shorten(w: &str) -> String {
+    if w.len() <= WARNING_SHOWN {
+        return w.to_owned();
+    }
+    let mut end = WARNING_SHOWN;
+    while !w.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &w[..end])
 }
 
 impl ScoreProvider for PromScorer {
@@ -340,7 +404,7 @@ impl ScoreProvider for PromScorer {
                 "ManagedClusters and AddOnPlacementScores not listed yet".into(),
             ));
         }
-        let answers = tokio::time::timeout(self.settings.deadline, self.run_queries())
+        let (answers, warnings) = tokio::time::timeout(self.settings.deadline, self.run_queries())
             .await
             .map_err(|_| {
                 ProviderError::Source(format!(
@@ -360,12 +424,14 @@ impl ScoreProvider for PromScorer {
             names.contains(c)
         });
         self.report(&assembled);
+        let partial = self.partial(&warnings);
         let names: Vec<String> = names.into_iter().collect();
         let ts = jiff::Timestamp::now();
         let now = ts.as_millisecond() as f64 / 1000.0;
-        let (computed, counts) = rate(&self.settings, &names, &assembled, now, |c| {
+        let (computed, counts) = rate(&self.settings, &names, &assembled, &partial, now, |c| {
             self.foreign(c, ts)
         })?;
+        self.metrics.partial.set(counts.partial as i64);
         self.metrics.rated.set(counts.rated as i64);
         self.metrics.stale.set(counts.stale as i64);
         self.metrics.skipped.set(counts.skipped as i64);
@@ -403,15 +469,20 @@ pub struct Counts {
     pub stale: usize,
     pub skipped: usize,
     pub conflicting: usize,
+    /// Named by a partial answer's warning (also counted in `stale`).
+    pub partial: usize,
 }
 
 /// Rates `clusters` from `assembled` at `now` (Unix seconds), sans IO: series that disagree,
-/// stale or missing data make a cluster `Unavailable` (its scores are not renewed and
-/// expire), a cluster another provider writes is left out.
+/// stale or missing data, or a store that failed (`partial`: the clusters a partial answer's
+/// warnings name, with the warning) make a cluster `Unavailable` (its scores are not renewed
+/// and expire, never zeroed), a cluster another provider writes is left out. The others are
+/// rated as usual: one cluster's dead store never holds back the fleet.
 pub fn rate(
     settings: &ScorerSettings,
     clusters: &[String],
     assembled: &Assembled,
+    partial: &BTreeMap<String, String>,
     now: f64,
     foreign: impl Fn(&str) -> bool,
 ) -> Result<(Computed, Counts), ProviderError> {
@@ -435,11 +506,28 @@ pub fn rate(
             );
             continue;
         }
+        if let Some(warning) = partial.get(name) {
+            counts.stale += 1;
+            counts.partial += 1;
+            out.insert(
+                name.clone(),
+                Outcome::Unavailable {
+                    reason: REASON_NO_METRICS.to_owned(),
+                    message: format!(
+                        "the query API answered without this cluster's store: {warning}"
+                    ),
+                },
+            );
+            continue;
+        }
         let d = assembled.clusters.get(name);
         let outcome = match d {
-            None => Some(("NoMetrics", "no metrics for this cluster".to_owned())),
+            None => Some((REASON_NO_METRICS, "no metrics for this cluster".to_owned())),
             Some(d) => match d.newest {
-                None => Some(("NoMetrics", "no sample time for this cluster".to_owned())),
+                None => Some((
+                    REASON_NO_METRICS,
+                    "no sample time for this cluster".to_owned(),
+                )),
                 Some(t) if now - t > max_age => Some((
                     "MetricsStale",
                     format!(
@@ -593,6 +681,7 @@ mod tests {
             &settings(Normalise::Absolute),
             &clusters,
             &d,
+            &BTreeMap::new(),
             10_060.0,
             |c| c == "agent",
         )
@@ -604,6 +693,7 @@ mod tests {
                 stale: 2,
                 skipped: 1,
                 conflicting: 1,
+                partial: 0,
             }
         );
         let Some(Outcome::Scores(a)) = out.get("a") else {
@@ -629,9 +719,14 @@ mod tests {
             })
         );
 
-        let (out, _) = rate(&settings(Normalise::Fleet), &clusters, &d, 10_060.0, |_| {
-            false
-        })
+        let (out, _) = rate(
+            &settings(Normalise::Fleet),
+            &clusters,
+            &d,
+            &BTreeMap::new(),
+            10_060.0,
+            |_| false,
+        )
         .expect("rates");
         let score = |c: &str, n: &str| match out.get(c) {
             Some(Outcome::Scores(s)) => s.get(n),
@@ -644,6 +739,63 @@ mod tests {
             out.get("disputed"),
             Some(Outcome::Unavailable { .. })
         ));
+    }
+
+    /// A partial answer: the cluster a warning names is missing even though some of its series
+    /// came (another store of it answered), the cluster whose series are absent is missing,
+    /// and every other cluster is rated as if the answer were whole.
+    #[test]
+    fn a_partial_answer_withholds_only_the_clusters_it_lacks() {
+        let clusters: Vec<String> = ["a", "b", "named", "absent"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let fresh = || data((10.0, 2.0), (64.0 * GI, 8.0 * GI), 10_000.0);
+        let d = Assembled {
+            clusters: BTreeMap::from([
+                ("a".to_owned(), fresh()),
+                ("b".to_owned(), fresh()),
+                ("named".to_owned(), fresh()),
+            ]),
+            conflicts: BTreeMap::new(),
+            dropped: BTreeMap::new(),
+        };
+        let partial = BTreeMap::from([(
+            "named".to_owned(),
+            r#"fetch series for {cluster="named"}: connection refused"#.to_owned(),
+        )]);
+        let (out, counts) = rate(
+            &settings(Normalise::Absolute),
+            &clusters,
+            &d,
+            &partial,
+            10_060.0,
+            |_| false,
+        )
+        .expect("rates");
+        assert_eq!(
+            counts,
+            Counts {
+                rated: 2,
+                stale: 2,
+                skipped: 0,
+                conflicting: 0,
+                partial: 1,
+            }
+        );
+        assert!(matches!(out.get("a"), Some(Outcome::Scores(_))));
+        assert!(matches!(out.get("b"), Some(Outcome::Scores(_))));
+        for c in ["named", "absent"] {
+            assert!(
+                matches!(out.get(c), Some(Outcome::Unavailable { reason, .. }) if reason == REASON_NO_METRICS),
+                "{c}: {out:?}"
+            );
+        }
+        let Some(Outcome::Unavailable { message, .. }) = out.get("named") else {
+            panic!("named");
+        };
+        assert!(message.contains("connection refused"), "{message}");
+        assert_eq!(shorten(&"é".repeat(400)).len(), WARNING_SHOWN + 3);
     }
 
     #[test]

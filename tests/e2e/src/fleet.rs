@@ -117,6 +117,14 @@ pub fn binaries(build: bool) -> Result<PathBuf, Error> {
 
 impl Fleet {
     pub async fn start(opts: &Options) -> Result<Fleet, Error> {
+        let mut fleet = Self::start_without_agents(opts).await?;
+        fleet.spawn_agents(opts).await?;
+        Ok(fleet)
+    }
+
+    /// The hub, the clusters, the scheduler and the add-on manager, but no agent: for a hub
+    /// scorer to write the scores instead ([`crate::thanos`]).
+    pub async fn start_without_agents(opts: &Options) -> Result<Fleet, Error> {
         let cp = ControlPlane::start(testenv::Options::default().with_upstream_crds()).await?;
         let client = cp.client()?;
         let dir = std::env::temp_dir().join(format!("ocm-fleet-{}", std::process::id()));
@@ -176,6 +184,16 @@ impl Fleet {
             ],
             &opts.log_dir,
         )?;
+        Ok(fleet)
+    }
+
+    /// One resource-usage agent per cluster.
+    async fn spawn_agents(&mut self, opts: &Options) -> Result<(), Error> {
+        let client = self.client.clone();
+        let kubeconfig = self.dir.join("kubeconfig");
+        let k = kubeconfig.display().to_string();
+        let bin = |n: &str| opts.bin_dir.join(n);
+        let fleet = self;
         // One range for every agent, so that scores compare across clusters: the biggest
         // cluster's cores.
         let biggest = opts
@@ -210,7 +228,7 @@ impl Fleet {
                 &opts.log_dir,
             )?;
         }
-        Ok(fleet)
+        Ok(())
     }
 
     /// Starts the metrics-backed hub scorer (`resource-usage-hub scorer`) against

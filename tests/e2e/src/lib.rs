@@ -3,3 +3,4 @@
 //! with the real helm and apiserver, and the whole loop on the fleet.
 
 pub mod fleet;
+pub mod thanos;

@@ -190,6 +190,8 @@ fn lints_renders_and_checks_its_values() {
         "--prometheus-url=https://thanos:9091",
         "--prometheus-token-file=/etc/prometheus-auth/token",
         "--prometheus-ca-file=/etc/prometheus-ca/ca.crt",
+        "--thanos-dedup=true",
+        "--thanos-partial-response=true",
     ] {
         assert!(scorer.iter().any(|x| x == a), "{a} in {scorer:?}");
     }

@@ -25,6 +25,7 @@ pub mod paths;
 pub mod process;
 pub mod procfs;
 pub mod prometheus;
+pub mod thanos;
 
 mod control_plane;
 mod pki;

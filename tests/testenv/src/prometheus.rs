@@ -268,6 +268,26 @@ impl Prometheus {
         Self::start_with(labelled_config_yaml(targets, scrape_interval)).await
     }
 
+    /// Like [`Prometheus::start`], with `external_labels`: the labels a Thanos sidecar
+    /// announces for everything this Prometheus holds (`{cluster, replica}` in a fleet), which
+    /// the scraped series themselves do not carry.
+    pub async fn start_external(
+        targets: &[SocketAddr],
+        scrape_interval: Duration,
+        external_labels: &BTreeMap<String, String>,
+    ) -> Result<Prometheus, Error> {
+        if scrape_interval.as_millis() == 0 {
+            return Err(Error::Invalid(
+                "Prometheus needs a scrape interval of at least 1ms".into(),
+            ));
+        }
+        Self::start_with(with_external_labels(
+            config_yaml(targets, scrape_interval),
+            external_labels,
+        ))
+        .await
+    }
+
     async fn start_with(config_text: String) -> Result<Prometheus, Error> {
         let bin = binary()?;
         let dir = paths::instance_dir("ocm-testenv-prometheus")?;
@@ -416,6 +436,20 @@ fn config_yaml(targets: &[SocketAddr], scrape_interval: Duration) -> String {
     .join("\n")
 }
 
+/// `config` (one of the above) with `global.external_labels` set.
+fn with_external_labels(config: String, labels: &BTreeMap<String, String>) -> String {
+    // A JSON string is a YAML flow scalar: any value is quoted safely.
+    let labels: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}: {}", serde_json::Value::from(v.as_str())))
+        .collect();
+    config.replacen(
+        "global:\n",
+        &format!("global:\n  external_labels: {{{}}}\n", labels.join(", ")),
+        1,
+    )
+}
+
 /// A scrape target with the labels Prometheus attaches to its series (see
 /// [`Prometheus::start_labelled`]).
 #[derive(Clone, Debug)]
@@ -534,7 +568,7 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-fn free_port() -> Result<u16, Error> {
+pub(crate) fn free_port() -> Result<u16, Error> {
     // Free when picked; `start` retries if it is taken before Prometheus binds it.
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -542,16 +576,21 @@ fn free_port() -> Result<u16, Error> {
         .map_err(Error::io("pick a free port for Prometheus"))
 }
 
-fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
+pub(crate) fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
     std::fs::write(path, contents).map_err(Error::io(format!("write {}", path.display())))
 }
 
 fn exited(status: String, log: &Path) -> Error {
+    exited_process("prometheus", status, log)
+}
+
+/// [`Error::ProcessExited`] for `process`, with the last lines of its log.
+pub(crate) fn exited_process(process: &'static str, status: String, log: &Path) -> Error {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n");
     Error::ProcessExited {
-        process: "prometheus",
+        process,
         status,
         log: log.to_path_buf(),
         tail,
@@ -584,6 +623,24 @@ mod tests {
             yaml.contains(
                 "      - targets: [\"127.0.0.1:1\"]\n        labels: {tenant: \"a\\\"b\"}\n"
             ),
+            "{yaml}"
+        );
+    }
+
+    #[test]
+    fn external_labels_go_under_global() {
+        let yaml = with_external_labels(
+            config_yaml(
+                &["127.0.0.1:1".parse().expect("addr")],
+                Duration::from_secs(1),
+            ),
+            &BTreeMap::from([
+                ("cluster".to_owned(), "c1".to_owned()),
+                ("replica".to_owned(), "a".to_owned()),
+            ]),
+        );
+        assert!(
+            yaml.starts_with("global:\n  external_labels: {cluster: \"c1\", replica: \"a\"}\n  scrape_interval: 1000ms\n"),
             "{yaml}"
         );
     }

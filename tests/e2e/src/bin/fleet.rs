@@ -28,6 +28,11 @@ struct Args {
     /// Where the processes' logs go (default: a temporary directory, printed).
     #[arg(long)]
     logs: Option<std::path::PathBuf>,
+    /// The Thanos mode: instead of the agents, per cluster a Prometheus with its Thanos sidecar
+    /// (external labels `cluster`, `replica`), Thanos Query on the hub, and the hub scorer
+    /// writing the scores from it (needs tests/thanos/build.sh and tests/prometheus/build.sh).
+    #[arg(long, env = "FLEET_THANOS")]
+    thanos: bool,
 }
 
 fn main() -> ExitCode {
@@ -80,7 +85,24 @@ async fn run(args: Args) -> Result<(), e2e::fleet::Error> {
         "starting a hub control plane and the fleet (logs in {})...",
         logs.display()
     );
-    let mut fleet = Fleet::start(&opts).await?;
+    let mut fleet = if args.thanos {
+        Fleet::start_without_agents(&opts).await?
+    } else {
+        Fleet::start(&opts).await?
+    };
+    // Dropped after the fleet's processes (declared after `fleet`, dropped before it: the
+    // scorer is the fleet's child, the stores are the mode's).
+    let thanos = if args.thanos {
+        let mode = e2e::thanos::start(&mut fleet, &opts).await?;
+        println!(
+            "Thanos mode: Query at {} over {} sidecars; the hub scorer writes the scores (no agents)",
+            mode.query.url(),
+            mode.stores.len()
+        );
+        Some(mode)
+    } else {
+        None
+    };
     let prefer_cpu = |n: u32| {
         json!({"numberOfClusters": n, "clusterSets": ["fleet"],
                "prioritizerPolicy": {"mode": "Exact", "configurations": [
@@ -155,5 +177,6 @@ async fn run(args: Args) -> Result<(), e2e::fleet::Error> {
     }
     println!("stopping the fleet");
     drop(fleet);
+    drop(thanos);
     Ok(())
 }
