@@ -135,10 +135,12 @@ struct ControllerArgs {
     /// a placement is queued or being scheduled still coalesce into one more pass).
     #[arg(long, env = "MIN_PASS_INTERVAL", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
     min_pass_interval: Duration,
-    /// How long placements using Balance wait after other placements' decisions moved. Then
-    /// the ones whose Balance input changed are rescheduled once; the moves of that wave
-    /// start no other (they wait for the resync), so placements do not chase each other.
-    #[arg(long, env = "BALANCE_DELAY", default_value = "5m", value_parser = ocm_runtime::leader::parse_duration)]
+    /// 0s (the default): placements using Balance are rescored when their own inputs change
+    /// and at the resync, as upstream does; other placements' moves do not wake them. A
+    /// duration (e.g. 5m): that long after other placements' decisions moved, the Balance
+    /// users whose Balance input changed are rescheduled once; the moves of that wave start
+    /// no other (they wait for the resync), so placements do not chase each other.
+    #[arg(long, env = "BALANCE_DELAY", default_value = "0s", value_parser = ocm_runtime::leader::parse_duration)]
     balance_delay: Duration,
     #[command(flatten)]
     validity: ValidityArgs,

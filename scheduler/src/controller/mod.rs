@@ -111,12 +111,13 @@ pub struct Options {
     pub namespaces: Vec<String>,
     /// How each placement's passes are paced (see [`queue`]: leading edge, bursts spaced).
     pub pacing: queue::Pacing,
-    /// How long placements using Balance wait after other placements' decisions moved.
+    /// How long placements using Balance wait after other placements' decisions moved; zero
+    /// (the default): they do not, and are rescored at the resync, as upstream does.
     /// Balance is a spreading hint: rescheduling every Balance user on every move makes
-    /// placements chase each other (with ties, Balance alone never settles); upstream only
-    /// looks again at its 10-minute resync. Here it is at most once per this delay, only for
-    /// the Balance users whose Balance input changed, and the moves such a wave (or a resync)
-    /// makes do not start another one: they wait for the next resync.
+    /// placements chase each other (with ties, Balance alone never settles). With a delay, a
+    /// wave reschedules only the Balance users whose Balance input changed, and the moves such
+    /// a wave (or a resync, or a requeue they asked for) makes do not start another one: they
+    /// wait for the next resync.
     pub balance_delay: Duration,
     pub leader: Arc<dyn Leader>,
 }
@@ -128,7 +129,7 @@ impl Default for Options {
             resync: Duration::from_secs(600),
             namespaces: Vec::new(),
             pacing: queue::Pacing::DEFAULT,
-            balance_delay: Duration::from_secs(300),
+            balance_delay: Duration::ZERO,
             leader: Arc::new(AlwaysLeader),
         }
     }
@@ -259,7 +260,7 @@ impl Ctx {
     /// Decisions moved: after the delay, reschedule the Balance users whose Balance input
     /// changed (see [`Ctx::stale`]); changes meanwhile join the same wave.
     fn balance_changed(self: &Arc<Self>) {
-        if self.balance_wave.swap(true, Ordering::SeqCst) {
+        if self.options.balance_delay.is_zero() || self.balance_wave.swap(true, Ordering::SeqCst) {
             return;
         }
         let ctx = self.clone();
@@ -772,6 +773,11 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
                 let wait = at.duration_since(now);
                 let wait =
                     Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(100);
+                if quiet {
+                    // A score held back by `scoreRateLimit` in a wave's pass, written when the
+                    // window ends, is still the wave's: its move must not start another wave.
+                    lock(&ctx.quiet).insert(key.clone());
+                }
                 ctx.queue
                     .add_at(key.clone(), tokio::time::Instant::now() + wait);
             }
