@@ -621,9 +621,7 @@ impl Controller {
         loop {
             self.check_alive()?;
             let ready = match &self.https {
-                // Upstream's /healthz answers once its server runs, its informers started
-                // beside it (the closest it has to a readiness signal).
-                Some(c) => upstream::get(c, "/healthz").await.is_ok(),
+                Some(c) => upstream::is_up(c).await,
                 None => matches!(http_get(self.metrics, "/readyz").await, Ok((200, _))),
             };
             if ready {
@@ -642,7 +640,7 @@ impl Controller {
 
     async fn metrics(&self) -> Result<Vec<Sample>> {
         if let Some(c) = &self.https {
-            return upstream::metrics(c).await;
+            return Ok(upstream::metrics(c).await);
         }
         let (status, body) = http_get(self.metrics, "/metrics").await?;
         if status != 200 {
