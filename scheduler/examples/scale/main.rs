@@ -17,7 +17,26 @@
 //!     --clusters 10000 --placements 200 --controller-arg=--max-score-validity=0s
 //! # everything: 100x1, 1,000x1,000, 10,000x1,000 and reaction, each on a fresh control plane
 //! cargo run --release -p placement-scheduler --example scale -- --scenario all --out scale.md
+//! //!
+//! # Side by side with upstream OCM's placement controller (`--controller both`: ours, then
+//! # upstream, each on a fresh control plane; `upstream` alone works too). Upstream's binary is
+//! # built from its Go module by tests/ocm/build.sh on first use (OCM_VERSION in
+//! # tests/control-plane/versions.env) and cached; `--upstream-bin` names another.
+//! # Issue 17 (throughput, writes per Placement by verb, CPU, peak RSS, then 30 s idle):
+//! cargo run --release -p placement-scheduler --example scale -- --controller both \
+//!     --scenario throughput --placements 100 --clusters 10 --out t-100x10.md
+//! cargo run --release -p placement-scheduler --example scale -- --controller both \
+//!     --scenario throughput --placements 1000 --clusters 1000 --out t-1000x1000.md
+//! # Issue 22 (moves at 100x1, 2,000x1, 2,000x100 and the burst at 1,000x100, one table):
+//! cargo run --release -p placement-scheduler --example scale -- --controller both \
+//!     --scenario react --out react.md
+//! # one shape: --scenario moves|burst --clusters N --placements M; a prebuilt controller:
+//! # --controller-bin /work/bench/base/placement-scheduler (e.g. the "before" binary).
 //! ```
+//!
+//! scheduler/examples/scale/: `upstream.rs` starts upstream's controller (its flags, its HTTPS
+//! metrics), `moves.rs` runs issue 22's shapes; this file holds the control plane, the
+//! measurement helpers and the throughput and reaction scenarios.
 //!
 //! The harness builds the controller binary itself (`cargo build -p placement-scheduler --bin
 //! placement-scheduler` in the harness's own profile) unless `--no-build` or
@@ -50,6 +69,9 @@ use ocm_api::{
 };
 use serde_json::{Value, json};
 use testenv::procfs;
+
+mod moves;
+mod upstream;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -132,6 +154,27 @@ struct Args {
     /// Do not run `cargo build` for the controller binary first.
     #[arg(long)]
     no_build: bool,
+    /// Which controller: ours, upstream OCM's (`placement controller`, built from its Go module
+    /// by tests/ocm/build.sh on first use), or both, one after the other on fresh control
+    /// planes, with a side-by-side table.
+    #[arg(long, value_enum, default_value_t = Which::Ours)]
+    controller: Which,
+    /// Upstream's binary (default: the one tests/ocm/build.sh builds and caches).
+    #[arg(long)]
+    upstream_bin: Option<PathBuf>,
+    /// More arguments for upstream's `placement controller` (repeatable).
+    #[arg(long = "upstream-arg", allow_hyphen_values = true)]
+    upstream_args: Vec<String>,
+    /// Throughput: once settled, the controller's CPU, passes and writes over this long with
+    /// nothing changing (`0s`: skip).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    idle: Duration,
+    /// Moves: score moves measured per shape.
+    #[arg(long, default_value_t = 30)]
+    moves: usize,
+    /// Burst: score writes in the burst (over every cluster, as fast as the harness can).
+    #[arg(long, default_value_t = 1000)]
+    burst_writes: usize,
     /// Where the kubeconfig and the controller's logs go (default: a new directory under
     /// $TMPDIR; kept, so that the logs can be read after a run).
     #[arg(long)]
@@ -146,6 +189,47 @@ enum Scenario {
     Reaction,
     /// Throughput at 100x1, 1,000x1,000 and 10,000x1,000, then reaction.
     All,
+    /// Issue 22's shape: N clusters with a score each, M placements of one cluster all reading
+    /// the same scores; a move writes one score that makes another cluster the best.
+    Moves,
+    /// N clusters, M placements as in `moves`; every cluster's score rewritten at once.
+    Burst,
+    /// Issue 22's table: moves at 100x1, 2,000x1 and 2,000x100, then the burst at 1,000x100.
+    React,
+}
+
+/// The controllers a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Which {
+    Ours,
+    Upstream,
+    Both,
+}
+
+impl Which {
+    fn kinds(self) -> &'static [Kind] {
+        match self {
+            Which::Ours => &[Kind::Ours],
+            Which::Upstream => &[Kind::Upstream],
+            Which::Both => &[Kind::Ours, Kind::Upstream],
+        }
+    }
+}
+
+/// One controller implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Ours,
+    Upstream,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Ours => "ours",
+            Kind::Upstream => "upstream",
+        }
+    }
 }
 
 /// `1.5`, `1.5s`, `250ms`, `2m`, `1h`.
@@ -216,7 +300,17 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: &Args) -> Result<()> {
-    let bin = controller_binary(args)?;
+    let kinds = args.controller.kinds();
+    let ours = if kinds.contains(&Kind::Ours) {
+        Some(controller_binary(args)?)
+    } else {
+        None
+    };
+    let upstream = if kinds.contains(&Kind::Upstream) {
+        Some(upstream::binary(args)?)
+    } else {
+        None
+    };
     // The tree the controller was just built from (others may commit while the run goes on).
     let rev = if args.controller_bin.is_some() || args.no_build {
         format!("an existing binary (tree now at {})", git_rev())
@@ -229,49 +323,99 @@ async fn run(args: &Args) -> Result<()> {
     };
     std::fs::create_dir_all(&work_dir)
         .map_err(|e| format!("create {}: {e}", work_dir.display()))?;
+    for (k, b) in [("ours", &ours), ("upstream", &upstream)] {
+        if let Some(b) = b {
+            eprintln!("controller ({k}): {}", b.display());
+        }
+    }
     eprintln!(
-        "controller: {}\nwork dir (kubeconfig, controller logs): {}",
-        bin.display(),
+        "work dir (kubeconfig, controller logs): {}",
         work_dir.display()
     );
     let env = Env {
         args,
-        bin,
+        ours,
+        upstream,
         work_dir,
     };
     let started = jiff::Timestamp::now();
     let mut sections = Vec::new();
     let mut summary = Vec::new();
+    let mut throughputs = Vec::new();
+    let mut reactions = Vec::new();
     match args.scenario {
         Scenario::Throughput => {
-            let r = throughput(
-                &env,
-                args.placements.unwrap_or(100),
-                args.clusters.unwrap_or(1),
-            )
-            .await?;
-            summary.push(r.summary_row());
-            sections.push(r.section());
+            for &kind in kinds {
+                let r = throughput(
+                    &env,
+                    kind,
+                    args.placements.unwrap_or(100),
+                    args.clusters.unwrap_or(1),
+                )
+                .await?;
+                summary.push(r.summary_row());
+                sections.push(r.section());
+                throughputs.push(r);
+            }
         }
         Scenario::Reaction => {
-            let r = reaction(
-                &env,
-                args.clusters.unwrap_or(1000),
-                args.placements.unwrap_or(100),
-            )
-            .await?;
-            sections.push(r.section());
+            for &kind in kinds {
+                let r = reaction(
+                    &env,
+                    kind,
+                    args.clusters.unwrap_or(1000),
+                    args.placements.unwrap_or(100),
+                )
+                .await?;
+                sections.push(r.section());
+            }
         }
         Scenario::All => {
             for (p, c) in [(100, 1), (1000, 1000), (10_000, 1000)] {
-                let r = throughput(&env, p, c).await?;
-                eprintln!("{}", r.summary_row());
-                summary.push(r.summary_row());
+                for &kind in kinds {
+                    let r = throughput(&env, kind, p, c).await?;
+                    eprintln!("{}", r.summary_row());
+                    summary.push(r.summary_row());
+                    sections.push(r.section());
+                    throughputs.push(r);
+                }
+            }
+            for &kind in kinds {
+                let r = reaction(&env, kind, 1000, 100).await?;
                 sections.push(r.section());
             }
-            let r = reaction(&env, 1000, 100).await?;
-            sections.push(r.section());
         }
+        Scenario::Moves | Scenario::Burst | Scenario::React => {
+            let shapes: Vec<(moves::Shape, usize, usize)> = match args.scenario {
+                Scenario::Moves => vec![(
+                    moves::Shape::Moves,
+                    args.clusters.unwrap_or(100),
+                    args.placements.unwrap_or(1),
+                )],
+                Scenario::Burst => vec![(
+                    moves::Shape::Burst,
+                    args.clusters.unwrap_or(1000),
+                    args.placements.unwrap_or(100),
+                )],
+                _ => vec![
+                    (moves::Shape::Moves, 100, 1),
+                    (moves::Shape::Moves, 2000, 1),
+                    (moves::Shape::Moves, 2000, 100),
+                    (moves::Shape::Burst, 1000, 100),
+                ],
+            };
+            for (shape, c, p) in shapes {
+                for &kind in kinds {
+                    let r = moves::run(&env, kind, shape, c, p).await?;
+                    eprintln!("{}", r.detail_row());
+                    reactions.push(r);
+                }
+            }
+            sections.push(moves::section(&reactions));
+        }
+    }
+    if !throughputs.is_empty() {
+        sections.insert(0, compare_throughput(&throughputs));
     }
     let report = render_report(args, started, &summary, &sections, &rev);
     print!("{report}");
@@ -284,8 +428,21 @@ async fn run(args: &Args) -> Result<()> {
 
 struct Env<'a> {
     args: &'a Args,
-    bin: PathBuf,
+    /// Our controller's binary, when the run measures it.
+    ours: Option<PathBuf>,
+    /// Upstream's, when the run measures it.
+    upstream: Option<PathBuf>,
     work_dir: PathBuf,
+}
+
+impl Env<'_> {
+    fn binary(&self, kind: Kind) -> Result<&Path> {
+        match kind {
+            Kind::Ours => self.ours.as_deref(),
+            Kind::Upstream => self.upstream.as_deref(),
+        }
+        .ok_or_else(|| format!("no {} controller binary", kind.name()).into())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -366,11 +523,14 @@ fn free_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// `placement-scheduler controller` as a child process; killed and reaped on drop.
+/// A placement controller (ours or upstream's) as a child process; killed and reaped on drop.
 struct Controller {
     child: Child,
     pid: u32,
+    /// Ours: its plain-HTTP metrics port. Upstream: its HTTPS server's.
     metrics: SocketAddr,
+    /// Upstream: a client for its HTTPS server.
+    https: Option<Client>,
     log: PathBuf,
 }
 
@@ -382,46 +542,61 @@ impl Drop for Controller {
 }
 
 impl Controller {
-    async fn start(env: &Env<'_>, kubeconfig: &Path, ns: &str, log: PathBuf) -> Result<Self> {
+    async fn start(env: &Env<'_>, kind: Kind, hub: &Hub, log: PathBuf) -> Result<Self> {
         let args = env.args;
+        let bin = env.binary(kind)?;
         let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let mut cmd = match which("setpriv") {
             Some(setpriv) => {
                 let mut c = Command::new(setpriv);
-                c.args(["--pdeathsig", "KILL", "--"]).arg(&env.bin);
+                c.args(["--pdeathsig", "KILL", "--"]).arg(bin);
                 c
             }
-            None => Command::new(&env.bin),
+            None => Command::new(bin),
         };
         // Only what we pass: no KUBECONFIG, NAMESPACES, WORKERS... from the caller's shell.
         cmd.env_clear();
         if let Some(path) = std::env::var_os("PATH") {
             cmd.env("PATH", path);
         }
-        cmd.env("RUST_LOG", &args.controller_log);
-        cmd.arg("controller")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .arg(format!("--client-qps={}", args.client_qps))
-            .arg(format!("--client-burst={}", args.client_burst))
-            .arg("--leader-elect=false")
-            .arg(format!("--metrics-bind-address={metrics}"))
-            .arg("--debug-bind-address=")
-            .arg(format!("--workers={}", args.workers))
-            .arg(format!("--event-debounce={}", args.event_debounce))
-            .arg(format!("--namespaces={ns}"))
-            .args(&args.controller_args);
+        let mut https = None;
+        match kind {
+            Kind::Ours => {
+                cmd.env("RUST_LOG", &args.controller_log);
+                cmd.arg("controller")
+                    .arg("--kubeconfig")
+                    .arg(&hub.kubeconfig)
+                    .arg(format!("--client-qps={}", args.client_qps))
+                    .arg(format!("--client-burst={}", args.client_burst))
+                    .arg("--leader-elect=false")
+                    .arg(format!("--metrics-bind-address={metrics}"))
+                    .arg("--debug-bind-address=")
+                    .arg(format!("--workers={}", args.workers))
+                    .arg(format!("--event-debounce={}", args.event_debounce))
+                    .arg(format!("--namespaces={}", hub.ns))
+                    .args(&args.controller_args);
+            }
+            Kind::Upstream => {
+                // Its library writes a self-signed serving certificate under $TMPDIR.
+                if let Some(tmp) = std::env::var_os("TMPDIR") {
+                    cmd.env("TMPDIR", tmp);
+                }
+                upstream::command(&mut cmd, args, &hub.kubeconfig, &hub.ns, metrics);
+                https = Some(upstream::metrics_client(&hub.cp, metrics)?);
+            }
+        }
         let out =
             std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
         let err = out.try_clone()?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
         let child = cmd
             .spawn()
-            .map_err(|e| format!("start {}: {e}", env.bin.display()))?;
+            .map_err(|e| format!("start {}: {e}", bin.display()))?;
         let mut c = Controller {
             pid: child.id(),
             child,
             metrics,
+            https,
             log,
         };
         c.wait_ready(Duration::from_secs(120)).await?;
@@ -445,7 +620,11 @@ impl Controller {
         let deadline = Instant::now() + limit;
         loop {
             self.check_alive()?;
-            if let Ok((200, _)) = http_get(self.metrics, "/readyz").await {
+            let ready = match &self.https {
+                Some(c) => upstream::is_up(c).await,
+                None => matches!(http_get(self.metrics, "/readyz").await, Ok((200, _))),
+            };
+            if ready {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -460,6 +639,9 @@ impl Controller {
     }
 
     async fn metrics(&self) -> Result<Vec<Sample>> {
+        if let Some(c) = &self.https {
+            return Ok(upstream::metrics(c).await);
+        }
         let (status, body) = http_get(self.metrics, "/metrics").await?;
         if status != 200 {
             return Err(format!("controller /metrics answered {status}").into());
@@ -583,7 +765,11 @@ fn apiserver_requests(samples: &[Sample]) -> BTreeMap<(String, String), f64> {
             .get("group")
             .map(String::as_str)
             .unwrap_or_default();
-        if group != "cluster.open-cluster-management.io" && group != "events.k8s.io" {
+        // Core events too: a controller on client-go's older recorder writes those.
+        let core_event =
+            group.is_empty() && s.labels.get("resource").is_some_and(|r| r == "events");
+        if group != "cluster.open-cluster-management.io" && group != "events.k8s.io" && !core_event
+        {
             continue;
         }
         let verb = s.labels.get("verb").cloned().unwrap_or_default();
@@ -594,6 +780,14 @@ fn apiserver_requests(samples: &[Sample]) -> BTreeMap<(String, String), f64> {
         *out.entry((verb, resource)).or_insert(0.0) += s.value;
     }
     out
+}
+
+/// Writes (POST, PUT, PATCH, DELETE) in a map by (VERB, resource).
+fn api_writes(m: &BTreeMap<(String, String), f64>) -> f64 {
+    m.iter()
+        .filter(|((verb, _), _)| matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"))
+        .map(|(_, v)| v)
+        .sum()
 }
 
 fn delta_map(
@@ -968,8 +1162,11 @@ impl Window {
             write_failures: failed(b) - failed(a),
             requests: c(b, "kube_client_rate_limiter_permits_total")
                 - c(a, "kube_client_rate_limiter_permits_total"),
+            // Ours or upstream's (each process exports one of them).
             passes: c(b, "placement_scheduling_duration_seconds_count")
-                - c(a, "placement_scheduling_duration_seconds_count"),
+                - c(a, "placement_scheduling_duration_seconds_count")
+                + c(b, upstream::PASSES)
+                - c(a, upstream::PASSES),
             scheduling_seconds: c(b, "placement_scheduling_duration_seconds_sum")
                 - c(a, "placement_scheduling_duration_seconds_sum"),
             apiserver,
@@ -998,6 +1195,9 @@ fn pct(part: Duration, whole: Duration) -> f64 {
 // Scenario: throughput
 
 struct ThroughputResult {
+    kind: Kind,
+    /// `--idle` after settled: nothing changed.
+    idle: Option<Window>,
     placements: usize,
     clusters: usize,
     per_placement: usize,
@@ -1022,10 +1222,15 @@ struct ThroughputResult {
     total: Duration,
 }
 
-async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result<ThroughputResult> {
+async fn throughput(
+    env: &Env<'_>,
+    kind: Kind,
+    placements: usize,
+    clusters: usize,
+) -> Result<ThroughputResult> {
     let args = env.args;
     let run_started = Instant::now();
-    let name = format!("throughput-{placements}x{clusters}");
+    let name = format!("throughput-{}-{placements}x{clusters}", kind.name());
     let hub = Hub::start(env, &name).await?;
     eprintln!(
         "[{name}] control plane up in {:.1?}; creating {clusters} clusters with AddOnPlacementScores",
@@ -1039,8 +1244,8 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
     let t = Instant::now();
     let mut ctl = Controller::start(
         env,
-        &hub.kubeconfig,
-        &hub.ns,
+        kind,
+        &hub,
         env.work_dir.join(format!("{name}.controller.log")),
     )
     .await?;
@@ -1118,22 +1323,26 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
     // Settled: no controller write for `settle`: the decisions (and statuses, events) stay as
     // they are. Scheduling passes that write nothing do not count (a Balance wave can
     // reschedule every Balance placement without changing anything); their CPU is in the
-    // window all the same. (Not the queue depth either: it may count requeue timers.)
-    let activity = |m: &[Sample]| {
+    // window all the same. (Not the queue depth either: it may count requeue timers.) Writes
+    // are the apiserver's count (the harness writes nothing meanwhile), so that upstream's
+    // controller, which does not count its own, settles the same way.
+    let activity = |api: &[Sample], m: &[Sample]| {
         (
-            metric_sum(m, "placement_api_writes_total", |_| true),
-            metric_sum(m, "placement_scheduling_duration_seconds_count", |_| true),
+            api_writes(&apiserver_requests(api)),
+            metric_sum(m, "placement_scheduling_duration_seconds_count", |_| true)
+                + metric_sum(m, upstream::PASSES, |_| true),
         )
     };
-    let mut last = activity(&p1.controller);
+    let mut last = activity(&p1.apiserver, &p1.controller);
     let mut last_change = p1.at;
     let mut reported = (p1.at, controller_writes(&p1.controller), last.1);
     let settle_deadline = Instant::now() + args.settle_timeout;
     let settled = loop {
         ctl.check_alive()?;
         let m = ctl.metrics().await?;
+        let api = hub.apiserver_metrics().await?;
         let now = Instant::now();
-        let current = activity(&m);
+        let current = activity(&api, &m);
         if now - reported.0 >= Duration::from_secs(15) {
             let writes = controller_writes(&m);
             let new: Vec<String> = delta_map(&writes, &reported.1)
@@ -1173,6 +1382,14 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
     };
     let p2 = Point::take(&hub, &ctl).await?;
     let to_settled = Window::between(&p0, &p2);
+    let idle = if args.idle.is_zero() {
+        None
+    } else {
+        eprintln!("[{name}] settled; {:.0?} idle", args.idle);
+        tokio::time::sleep(args.idle).await;
+        ctl.check_alive()?;
+        Some(Window::between(&p2, &Point::take(&hub, &ctl).await?))
+    };
     let lp = ListParams::default().match_any();
     let list = retry(|| pd_api.list(&lp)).await?;
     hub.count("LIST", "placementdecisions", 1.0);
@@ -1182,6 +1399,8 @@ async fn throughput(env: &Env<'_>, placements: usize, clusters: usize) -> Result
     drop(ctl);
     drop(hub);
     Ok(ThroughputResult {
+        kind,
+        idle,
         placements,
         clusters,
         per_placement,
@@ -1263,10 +1482,23 @@ fn num(v: f64) -> String {
 impl ThroughputResult {
     fn size(&self) -> String {
         format!(
-            "{} × {}",
+            "{} × {} ({})",
             num(self.placements as f64),
-            num(self.clusters as f64)
+            num(self.clusters as f64),
+            self.kind.name()
         )
+    }
+
+    /// Apiserver writes per Placement from the first Placement until settled, by verb.
+    fn writes_per_placement(&self) -> (f64, String) {
+        let w = &self.to_settled.apiserver;
+        let n = self.placements.max(1) as f64;
+        let by_verb: Vec<String> = w
+            .iter()
+            .filter(|((verb, _), _)| matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"))
+            .map(|((verb, res), v)| format!("{verb} {res} {:.2}", v / n))
+            .collect();
+        (api_writes(w) / n, by_verb.join(", "))
     }
 
     fn summary_row(&self) -> String {
@@ -1300,9 +1532,10 @@ impl ThroughputResult {
         let st = &self.to_settled;
         let _ = writeln!(
             s,
-            "### Throughput: {} placements × {} clusters\n",
+            "### Throughput: {} placements × {} clusters, {} controller\n",
             num(self.placements as f64),
-            num(self.clusters as f64)
+            num(self.clusters as f64),
+            self.kind.name()
         );
         let _ = writeln!(
             s,
@@ -1447,6 +1680,28 @@ impl ThroughputResult {
             self.polls,
             secs(self.total),
         );
+        if let Some(w) = &self.idle {
+            let _ = writeln!(
+                s,
+                "Idle, {} after settled with nothing changing: controller CPU {}, {} scheduling passes, {} apiserver writes{}.\n",
+                secs(w.wall),
+                secs(w.controller_cpu),
+                num(w.passes),
+                num(api_writes(&w.apiserver)),
+                if w.apiserver.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({})",
+                        w.apiserver
+                            .iter()
+                            .map(|((v, r), n)| format!("{v} {r} {}", num(*n)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            );
+        }
         s
     }
 }
@@ -1637,7 +1892,12 @@ struct ReactionResult {
     total: Duration,
 }
 
-async fn reaction(env: &Env<'_>, clusters: usize, placements: usize) -> Result<ReactionResult> {
+async fn reaction(
+    env: &Env<'_>,
+    kind: Kind,
+    clusters: usize,
+    placements: usize,
+) -> Result<ReactionResult> {
     let args = env.args;
     let run_started = Instant::now();
     if placements == 0 || clusters / placements < 2 {
@@ -1653,7 +1913,7 @@ async fn reaction(env: &Env<'_>, clusters: usize, placements: usize) -> Result<R
     if per_group_changes >= group {
         return Err(format!("reaction: {} changes over {placements} placements would taint every cluster of a group; use more clusters or fewer changes", args.changes).into());
     }
-    let name = format!("reaction-{clusters}x{placements}");
+    let name = format!("reaction-{}-{clusters}x{placements}", kind.name());
     let hub = Hub::start(env, &name).await?;
     eprintln!(
         "[{name}] control plane up in {:.1?}; {clusters} clusters in {placements} groups of {group}",
@@ -1681,8 +1941,8 @@ async fn reaction(env: &Env<'_>, clusters: usize, placements: usize) -> Result<R
 
     let mut ctl = Controller::start(
         env,
-        &hub.kubeconfig,
-        &hub.ns,
+        kind,
+        &hub,
         env.work_dir.join(format!("{name}.controller.log")),
     )
     .await?;
@@ -2129,6 +2389,66 @@ fn git_rev() -> String {
         .map_or_else(|| "unknown".into(), |s| s.trim().to_owned())
 }
 
+/// Issue 17's table: one row per shape, ours / upstream side by side ("—" for one not run).
+fn compare_throughput(results: &[ThroughputResult]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "### Throughput, ours / upstream\n\n| shape (placements × clusters) | wall ours / upstream | controller CPU ours / upstream | peak RSS ours / upstream | writes per Placement ours / upstream | CPU while idle ours / upstream | passes while idle ours / upstream |\n| --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let mut shapes: Vec<(usize, usize)> =
+        results.iter().map(|r| (r.placements, r.clusters)).collect();
+    shapes.dedup();
+    let mut detail = String::new();
+    for (p, c) in shapes {
+        let of = |k: Kind| {
+            results
+                .iter()
+                .find(|r| r.kind == k && r.placements == p && r.clusters == c)
+        };
+        let pair = |f: &dyn Fn(&ThroughputResult) -> String| {
+            let one = |k| of(k).map_or_else(|| "—".to_owned(), f);
+            format!("{} / {}", one(Kind::Ours), one(Kind::Upstream))
+        };
+        let _ = writeln!(
+            s,
+            "| {} × {} | {} | {} | {} | {} | {} | {} |",
+            num(p as f64),
+            num(c as f64),
+            pair(&|r| r.decided.map_or_else(|| "timeout".to_owned(), secs)),
+            pair(&|r| secs(r.to_decided.controller_cpu)),
+            pair(&|r| mb(r.peak_rss)),
+            pair(&|r| format!("{:.2}", r.writes_per_placement().0)),
+            pair(&|r| r.idle.as_ref().map_or_else(
+                || "—".to_owned(),
+                |w| format!("{} in {}", secs(w.controller_cpu), secs(w.wall))
+            )),
+            pair(&|r| r
+                .idle
+                .as_ref()
+                .map_or_else(|| "—".to_owned(), |w| num(w.passes))),
+        );
+        for k in [Kind::Ours, Kind::Upstream] {
+            if let Some(r) = of(k) {
+                let _ = writeln!(
+                    detail,
+                    "- {} × {} {}: writes per Placement until settled, by verb: {}; settled {}",
+                    num(p as f64),
+                    num(c as f64),
+                    k.name(),
+                    r.writes_per_placement().1,
+                    r.settled.map_or_else(|| "never".to_owned(), secs),
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nWall: first Placement created → every Placement has its decisions (harness's list poll); controller CPU over the same window; writes: the apiserver's `apiserver_request_total` (OCM and event APIs, the harness's own subtracted) from the first Placement until settled; idle: after settled, `--idle` with nothing changing (upstream's passes from its `scheduling_scheduling_duration_seconds` histogram).\n\n{detail}"
+    );
+    s
+}
+
 fn render_report(
     args: &Args,
     started: jiff::Timestamp,
@@ -2157,6 +2477,21 @@ fn render_report(
         },
         args.controller_args.join(" "),
     );
+    if args.controller != Which::Ours {
+        let _ = writeln!(
+            s,
+            "Upstream: OCM's `placement controller` {} (tests/ocm/build.sh), run with `--disable-leader-election --kube-api-qps={} --kube-api-burst={}{}{}`, watching every namespace.\n",
+            testenv::paths::version("OCM_VERSION").unwrap_or("?"),
+            args.client_qps,
+            args.client_burst,
+            if args.upstream_args.is_empty() {
+                ""
+            } else {
+                " "
+            },
+            args.upstream_args.join(" "),
+        );
+    }
     if !summary.is_empty() {
         let _ = writeln!(
             s,
