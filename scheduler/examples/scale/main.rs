@@ -17,7 +17,7 @@
 //!     --clusters 10000 --placements 200 --controller-arg=--max-score-validity=0s
 //! # everything: 100x1, 1,000x1,000, 10,000x1,000 and reaction, each on a fresh control plane
 //! cargo run --release -p placement-scheduler --example scale -- --scenario all --out scale.md
-//! //!
+//!
 //! # Side by side with upstream OCM's placement controller (`--controller both`: ours, then
 //! # upstream, each on a fresh control plane; `upstream` alone works too). Upstream's binary is
 //! # built from its Go module by tests/ocm/build.sh on first use (OCM_VERSION in
@@ -137,8 +137,9 @@ struct Args {
     /// The controller's --client-burst.
     #[arg(long, default_value_t = 10000)]
     client_burst: u32,
-    /// The controller's --event-debounce.
-    #[arg(long, default_value = "100ms")]
+    /// The controller's --event-debounce (empty, the default: the controller's own default;
+    /// `100ms` was the default before leading-edge scheduling).
+    #[arg(long, default_value = "")]
     event_debounce: String,
     /// The controller's RUST_LOG.
     #[arg(long, default_value = "info")]
@@ -572,7 +573,10 @@ impl Controller {
                     .arg(format!("--metrics-bind-address={metrics}"))
                     .arg("--debug-bind-address=")
                     .arg(format!("--workers={}", args.workers))
-                    .arg(format!("--event-debounce={}", args.event_debounce))
+                    .args(
+                        (!args.event_debounce.is_empty())
+                            .then(|| format!("--event-debounce={}", args.event_debounce)),
+                    )
                     .arg(format!("--namespaces={}", hub.ns))
                     .args(&args.controller_args);
             }
@@ -2122,7 +2126,11 @@ async fn reaction(
         hostile,
         changes,
         peak_rss,
-        debounce: args.event_debounce.clone(),
+        debounce: if args.event_debounce.is_empty() {
+            "the controller's default".to_owned()
+        } else {
+            args.event_debounce.clone()
+        },
         total: run_started.elapsed(),
     })
 }
@@ -2469,7 +2477,11 @@ fn render_report(
         args.workers,
         args.client_qps,
         args.client_burst,
-        args.event_debounce,
+        if args.event_debounce.is_empty() {
+            "(its default)"
+        } else {
+            &args.event_debounce
+        },
         if args.controller_args.is_empty() {
             ""
         } else {
