@@ -4,11 +4,14 @@
 //! a Prometheus outage is reported and recovered from, and the placement core selects by them;
 //! a spoke's series under another cluster's name never become that cluster's scores.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::scores::{Process, condition, metric, score, scores_of, valid_until};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -200,57 +203,6 @@ async fn create_cluster(client: &Client, name: &str) {
         .create(&PostParams::default(), &c)
         .await
         .expect("cluster");
-}
-
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn scores_of(s: &AddOnPlacementScore) -> BTreeMap<String, i32> {
-    s.status
-        .iter()
-        .flat_map(|st| &st.scores)
-        .map(|i| (i.name.clone(), i.value))
-        .collect()
-}
-
-fn condition(s: &AddOnPlacementScore) -> Option<(String, String)> {
-    s.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "AddOnPlacementScoreUpdated")
-        .map(|c| (c.status.clone(), c.reason.clone()))
-}
-
-fn valid_until(s: &AddOnPlacementScore) -> Option<jiff::Timestamp> {
-    s.status.as_ref()?.valid_until.as_ref().map(|t| t.0)
-}
-
-async fn score(client: &Client, cluster: &str) -> Option<AddOnPlacementScore> {
-    Api::<AddOnPlacementScore>::namespaced(client.clone(), cluster)
-        .get_opt(RESOURCE_USAGE_SCORE)
-        .await
-        .ok()
-        .flatten()
-}
-
-async fn metric(port: u16, name: &str) -> f64 {
-    let Ok((_, body)) = testenv::http::get(([127, 0, 0, 1], port).into(), "/metrics").await else {
-        return 0.0;
-    };
-    body.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Which clusters a placement preferring free CPU selects, by the scheduling core.

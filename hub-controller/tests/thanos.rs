@@ -6,17 +6,20 @@
 //! Query in both endpoint modes) never blinds the fleet: every other cluster keeps being
 //! renewed, the missing one is reported and not zeroed, and it recovers once its store is back.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::scores::{Process, condition, metric, score, scores_of, valid_until};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, PostParams};
+use ocm_api::ManagedCluster;
 use ocm_api::score::Normaliser;
-use ocm_api::wellknown::score::{RESOURCE_USAGE_SCORE, names};
-use ocm_api::{AddOnPlacementScore, ManagedCluster};
+use ocm_api::wellknown::score::names;
 use serde_json::json;
 use testenv::eventually;
 use testenv::prometheus::Exporter;
@@ -114,57 +117,6 @@ async fn create_cluster(client: &Client, name: &str) {
         .create(&PostParams::default(), &c)
         .await
         .expect("cluster");
-}
-
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn scores_of(s: &AddOnPlacementScore) -> BTreeMap<String, i32> {
-    s.status
-        .iter()
-        .flat_map(|st| &st.scores)
-        .map(|i| (i.name.clone(), i.value))
-        .collect()
-}
-
-fn condition(s: &AddOnPlacementScore) -> Option<(String, String)> {
-    s.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "AddOnPlacementScoreUpdated")
-        .map(|c| (c.status.clone(), c.reason.clone()))
-}
-
-fn valid_until(s: &AddOnPlacementScore) -> Option<jiff::Timestamp> {
-    s.status.as_ref()?.valid_until.as_ref().map(|t| t.0)
-}
-
-async fn score(client: &Client, cluster: &str) -> Option<AddOnPlacementScore> {
-    Api::<AddOnPlacementScore>::namespaced(client.clone(), cluster)
-        .get_opt(RESOURCE_USAGE_SCORE)
-        .await
-        .ok()
-        .flatten()
-}
-
-async fn metric(port: u16, name: &str) -> f64 {
-    let Ok((_, body)) = testenv::http::get(([127, 0, 0, 1], port).into(), "/metrics").await else {
-        return 0.0;
-    };
-    body.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// The value of `count(<selector>)` from Query, with `dedup` as given.

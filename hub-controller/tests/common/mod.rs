@@ -1,6 +1,8 @@
 //! What the hub crate's integration tests share.
 #![allow(dead_code)]
 
+pub mod scores;
+
 use std::path::PathBuf;
 
 use kube::api::{Patch, PatchParams, PostParams};
