@@ -11,8 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::scores::{Process, condition, metric, score, scores_of, valid_until};
-use k8s_openapi::api::core::v1::Namespace;
+use common::scores::{Process, condition, create_cluster, metric, score, scores_of, valid_until};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use ocm_api::score::Normaliser;
@@ -187,24 +186,6 @@ fn expected(c: &Cluster) -> BTreeMap<String, i32> {
     .collect()
 }
 
-async fn create_cluster(client: &Client, name: &str) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace");
-    let c: ManagedCluster = serde_json::from_value(json!({
-        "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
-        "metadata": {"name": name, "labels": {"cluster.open-cluster-management.io/clusterset": "fleet"}},
-        "spec": {"hubAcceptsClient": true}
-    }))
-    .expect("cluster");
-    Api::<ManagedCluster>::all(client.clone())
-        .create(&PostParams::default(), &c)
-        .await
-        .expect("cluster");
-}
-
 /// Which clusters a placement preferring free CPU selects, by the scheduling core.
 fn select(clusters: &[&str], scores: &[AddOnPlacementScore], n: i32) -> Vec<String> {
     use placement_scheduler::core::{Snapshot, schedule};
@@ -250,14 +231,14 @@ async fn scores_from_fleet_metrics_expire_when_stale_and_survive_an_outage() {
     let prefix = testenv::namespace(&client, "scorer").await.expect("ns");
     let clusters = fleet(&prefix);
     for c in &clusters {
-        create_cluster(&client, &c.name).await;
+        create_cluster(&client, &c.name, Some("fleet")).await;
     }
     // A cluster with no metrics at all.
     let silent = format!("{prefix}-silent");
-    create_cluster(&client, &silent).await;
+    create_cluster(&client, &silent, Some("fleet")).await;
     // A cluster whose score the agent writes: the scorer leaves it alone.
     let agents = format!("{prefix}-agents");
-    create_cluster(&client, &agents).await;
+    create_cluster(&client, &agents, Some("fleet")).await;
     let theirs: AddOnPlacementScore = serde_json::from_value(json!({
         "apiVersion": "cluster.open-cluster-management.io/v1alpha1", "kind": "AddOnPlacementScore",
         "metadata": {"name": RESOURCE_USAGE_SCORE, "namespace": agents,
@@ -442,7 +423,7 @@ async fn a_forged_series_for_another_cluster_changes_nothing() {
     };
     let fleet = [&victim, &attacker, &bystander];
     for c in fleet {
-        create_cluster(&client, &c.name).await;
+        create_cluster(&client, &c.name, Some("fleet")).await;
     }
     // Each cluster pushes through its own target; Prometheus labels what it scrapes there
     // with `tenant`, which the target cannot override.
@@ -655,7 +636,7 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
         nodes: vec![node("n1", 16.0, 64.0)],
         pods: vec![],
     };
-    create_cluster(&client, &cluster.name).await;
+    create_cluster(&client, &cluster.name, Some("fleet")).await;
     let exporter = Exporter::start().await.expect("exporter");
     exporter.set(cluster.exposition());
     let prom = Prometheus::start(&[exporter.addr()], Duration::from_secs(1))
@@ -946,7 +927,7 @@ async fn a_300_mb_answer_fails_one_query_and_the_next_round_scores() {
         nodes: vec![node("n1", 16.0, 64.0)],
         pods: vec![pod("p1", "n1", 4.0, 8.0)],
     };
-    create_cluster(&client, &cluster.name).await;
+    create_cluster(&client, &cluster.name, Some("fleet")).await;
     let exporter = Exporter::start().await.expect("exporter");
     exporter.set(cluster.exposition());
     let prom = Prometheus::start(&[exporter.addr()], Duration::from_secs(1))

@@ -13,14 +13,9 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::scores::{Process, condition, metric, score, scores_of, valid_until};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::Client;
-use kube::api::{Api, PostParams};
-use ocm_api::ManagedCluster;
+use common::scores::{Process, condition, create_cluster, metric, score, scores_of, valid_until};
 use ocm_api::score::Normaliser;
 use ocm_api::wellknown::score::names;
-use serde_json::json;
 use testenv::eventually;
 use testenv::prometheus::Exporter;
 use testenv::thanos::{EndpointMode, Query, Store};
@@ -101,24 +96,6 @@ impl Cluster {
     }
 }
 
-async fn create_cluster(client: &Client, name: &str) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace");
-    let c: ManagedCluster = serde_json::from_value(json!({
-        "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
-        "metadata": {"name": name},
-        "spec": {"hubAcceptsClient": true}
-    }))
-    .expect("cluster");
-    Api::<ManagedCluster>::all(client.clone())
-        .create(&PostParams::default(), &c)
-        .await
-        .expect("cluster");
-}
-
 /// The value of `count(<selector>)` from Query, with `dedup` as given.
 async fn count(query: SocketAddr, selector: &str, dedup: bool) -> Option<f64> {
     let q: String = format!("count({selector})")
@@ -174,7 +151,7 @@ async fn one_dead_store_never_blinds_the_fleet() {
         },
     ];
     for c in &clusters {
-        create_cluster(&client, &c.name).await;
+        create_cluster(&client, &c.name, None).await;
     }
     let mut exporters = Vec::new();
     for c in &clusters {

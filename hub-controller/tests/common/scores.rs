@@ -1,11 +1,38 @@
-//! What the scorer's tests (against Prometheus and against Thanos) read back.
+//! What the scorer's tests (against Prometheus and against Thanos) set up and read back.
 
 use std::collections::BTreeMap;
 use std::process::Child;
 
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::PostParams;
 use kube::{Api, Client};
-use ocm_api::AddOnPlacementScore;
+use ocm_api::wellknown::label::CLUSTERSET;
 use ocm_api::wellknown::score::RESOURCE_USAGE_SCORE;
+use ocm_api::{AddOnPlacementScore, ManagedCluster};
+use serde_json::json;
+
+/// An accepted ManagedCluster named `name` with its namespace, in clusterset `set` if given.
+pub async fn create_cluster(client: &Client, name: &str, set: Option<&str>) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    let mut labels = serde_json::Map::new();
+    if let Some(set) = set {
+        labels.insert(CLUSTERSET.to_owned(), json!(set));
+    }
+    let c: ManagedCluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"hubAcceptsClient": true}
+    }))
+    .expect("cluster");
+    Api::<ManagedCluster>::all(client.clone())
+        .create(&PostParams::default(), &c)
+        .await
+        .expect("cluster");
+}
 
 /// A child process killed and reaped on drop.
 pub struct Process(pub Child);
