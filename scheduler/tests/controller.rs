@@ -1597,3 +1597,53 @@ async fn a_repeated_event_becomes_a_series() {
         "one object for both updates"
     );
 }
+
+/// Issues 17 and 22: the watch event of our own write (often in before the write returns) is
+/// not a change to react to: a new Placement costs one pass, not one more for each echo
+/// of its decision writes that beat the write's response home.
+#[tokio::test]
+async fn our_own_writes_start_no_pass() {
+    let hub = Hub::new("pl-echo").await;
+    let short: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
+    let refs: Vec<&str> = short.iter().map(String::as_str).collect();
+    hub.clusters(&refs, json!({})).await;
+    let handle = hub.controller.as_ref().unwrap().handle.clone();
+    eventually("the controller to be ready", || async {
+        handle.ready().then_some(())
+    })
+    .await;
+    quiet(&handle).await;
+    let (passes_before, writes_before) = (passes(&handle), writes(&handle));
+    const PLACEMENTS: usize = 40;
+    let names: Vec<String> = (0..PLACEMENTS).map(|i| format!("p{i:02}")).collect();
+    futures::future::join_all(
+        names
+            .iter()
+            .map(|n| hub.placement(n, json!({"numberOfClusters": 3}))),
+    )
+    .await;
+    for n in &names {
+        hub.expect_count(n, 3).await;
+    }
+    let after = quiet(&handle).await;
+    let spent = passes(&handle) - passes_before;
+    let wrote = |verb: &'static str, what: &'static str| {
+        after.get(&(verb, what)).copied().unwrap_or(0)
+            - writes_before.get(&(verb, what)).copied().unwrap_or(0)
+    };
+    assert_eq!(
+        (
+            spent,
+            wrote("create", "placementdecisions"),
+            wrote("patch", "placementdecisions/status"),
+            wrote("patch", "placements/status"),
+        ),
+        (
+            PLACEMENTS as u64,
+            PLACEMENTS as u64,
+            PLACEMENTS as u64,
+            PLACEMENTS as u64
+        ),
+        "(passes, PlacementDecision creates, their status patches, Placement status patches)"
+    );
+}

@@ -6,10 +6,12 @@
 //! Events that arrive while it is queued or being scheduled coalesce into one more pass. A
 //! placement is in a burst when two or more events arrived since its last pass started (more
 //! than one pass can absorb): its next pass then starts no sooner than the spacing after the
-//! last one started, and so does every pass after it while events keep coming within the
-//! spacing. So a thousand score updates in a second cost about one pass per spacing, while a
-//! lone change, or changes one pass apart, are scheduled at once. Passes are never more than
-//! events. An optional trailing debounce holds every event back for a fixed delay instead
+//! last one started, and so does every pass after it until two spaced passes in a row
+//! absorbed a single event each. So a thousand score updates in a second cost about one pass
+//! per spacing (a burst that trickles in also: its events wait for the spaced pass), while a
+//! lone change, or changes one pass apart (a user, or a benchmark, that waits for each to
+//! land), are scheduled at once; right after a burst, only the first two of them wait out
+//! the spacing. Passes are never more than events. An optional trailing debounce holds every event back for a fixed delay instead
 //! (the old behaviour, for operators who prefer fewer passes to latency).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -56,9 +58,11 @@ struct LastPass {
     started: Instant,
     /// Events for the key since the pass started.
     events: u32,
-    /// The pass was itself held back by the spacing: the burst goes on, so the next pass
-    /// is spaced even after a single event.
+    /// The pass was held back by the spacing and the burst goes on: the next pass is spaced
+    /// even after a single event.
     burst: bool,
+    /// Spaced passes in a row, up to this one, that absorbed a single event each.
+    lone: u8,
 }
 
 #[derive(Default)]
@@ -76,8 +80,9 @@ struct Inner {
     /// Keys removed (their object deleted) while a worker had them: the worker's requeue or
     /// backoff for them is dropped. Cleared when the key is done or added again.
     removed: HashSet<Key>,
-    /// Queued keys held back by the spacing: their pass is part of a burst.
-    spaced: HashSet<Key>,
+    /// Queued keys held back by the spacing, with the events their pass will absorb and the
+    /// `lone` count of the pass before.
+    spaced: HashMap<Key, (u32, u8)>,
     /// Keys whose last pass started less than the spacing ago (or are still processing).
     last: HashMap<Key, LastPass>,
     /// When each `last` entry stops mattering, in the order the passes started: entries are
@@ -93,6 +98,9 @@ impl Inner {
         if let Some(last) = self.last.get_mut(&key) {
             last.events = last.events.saturating_add(1);
         }
+        if let Some((n, _)) = self.spaced.get_mut(&key) {
+            *n = n.saturating_add(1);
+        }
         if self.processing.contains(&key) {
             self.dirty_while_processing.insert(key);
         } else if !self.queued.contains(&key) {
@@ -102,16 +110,18 @@ impl Inner {
 
     /// Queues an idle key: at once, or after the debounce or the burst spacing.
     fn enqueue(&mut self, key: Key, debounce: bool, now: Instant) {
-        let spaced_until = self
-            .last
-            .get(&key)
+        let last = self.last.get(&key);
+        let spaced_until = last
             .filter(|l| l.burst || l.events >= 2)
             .map(|l| l.started + self.pacing.spacing)
             .filter(|at| *at > now);
         let debounced =
             (debounce && !self.pacing.debounce.is_zero()).then(|| now + self.pacing.debounce);
         if spaced_until.is_some() {
-            self.spaced.insert(key.clone());
+            // The events since the last pass started that this one absorbs (the last pass
+            // had not seen them: they came during it or after).
+            let (absorbed, lone) = last.map_or((1, 0), |l| (l.events.max(1), l.lone));
+            self.spaced.insert(key.clone(), (absorbed, lone));
         }
         self.queued.insert(key.clone());
         match spaced_until.max(debounced) {
@@ -127,7 +137,14 @@ impl Inner {
     /// Hands the key to a worker.
     fn start(&mut self, key: Key, now: Instant) {
         self.queued.remove(&key);
-        let burst = self.spaced.remove(&key);
+        let (burst, lone) = match self.spaced.remove(&key) {
+            None => (false, 0),
+            Some((absorbed, _)) if absorbed >= 2 => (true, 0),
+            Some((_, lone)) => {
+                let lone = lone.saturating_add(1);
+                (lone < LONE_PASSES_END_A_BURST, lone)
+            }
+        };
         if !self.pacing.spacing.is_zero() {
             self.last.insert(
                 key.clone(),
@@ -135,6 +152,7 @@ impl Inner {
                     started: now,
                     events: 0,
                     burst,
+                    lone,
                 },
             );
             self.last_expiry
@@ -195,6 +213,11 @@ impl Inner {
         }
     }
 }
+
+/// Spaced passes in a row that absorb a single event each end a burst: events come one pass
+/// apart again. Two, not one: a burst whose events trickle in may leave one such pass at a
+/// lull (between the chunks of a client's concurrent writes) and go on.
+const LONE_PASSES_END_A_BURST: u8 = 2;
 
 /// Backoff after failures: 5 ms doubling up to this cap (upstream: 1000 s; a placement whose
 /// writes keep failing is retried at least every 5 minutes here).
@@ -669,6 +692,33 @@ mod pacing {
         assert_eq!(q.sizes(), (0, 0, 0, 0));
     }
 
+    /// A burst whose events trickle in one at a time, each after the pass before it is done
+    /// (a busy apiserver sending a thousand watch events a few ms apart), still costs about
+    /// one pass per spacing: while a burst goes on, events wait for the spaced pass.
+    #[tokio::test(start_paused = true)]
+    async fn a_trickling_burst_costs_a_bounded_number_of_passes() {
+        let q = queue();
+        let (task, starts) = worker(&q, Duration::from_millis(1));
+        // It starts as a burst: two events arrive during the first pass.
+        q.add(k("a"));
+        tokio::time::sleep(Duration::from_micros(500)).await;
+        assert_eq!(starts.lock().unwrap().len(), 1, "the first pass runs");
+        q.add(k("a"));
+        q.add(k("a"));
+        let mut last_event = Instant::now();
+        for _ in 0..300 {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            q.add(k("a"));
+            last_event = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        task.abort();
+        let starts = starts.lock().unwrap().clone();
+        // 300 events over 0.9 s: the first pass at once, then one per 100 ms.
+        assert!(starts.len() <= 12, "{} passes: {starts:?}", starts.len());
+        assert!(*starts.last().unwrap() >= last_event);
+    }
+
     /// Changes one pass apart (a user who waits for each to land) are each scheduled at once,
     /// for as long as they come; the spacing is only between the passes of a burst, and a
     /// key whose burst is over is scheduled at once again.
@@ -696,7 +746,8 @@ mod pacing {
             assert_eq!(Instant::now(), done);
         }
         q.done(&k("b"));
-        // A burst: the next pass is spaced, and so is the one after it, even for one event.
+        // A burst: the next pass is spaced and absorbs both events; the burst goes on, so
+        // the pass after it is spaced too, even for one event that comes after it is done.
         let first = Instant::now();
         q.add(k("c"));
         q.next_batch(10).await;
@@ -710,9 +761,28 @@ mod pacing {
         tokio::time::sleep(Duration::from_millis(10)).await;
         q.add(k("c"));
         assert_eq!(q.next_batch(10).await, [k("c")]);
-        assert_eq!(Instant::now(), second + SPACING);
+        let third = Instant::now();
+        assert_eq!(third, second + SPACING);
         q.done(&k("c"));
-        // Quiet for the spacing: the burst is over, the next event goes at once.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        q.add(k("c"));
+        assert_eq!(q.next_batch(10).await, [k("c")]);
+        assert_eq!(Instant::now(), third + SPACING);
+        q.done(&k("c"));
+        // Two spaced passes in a row absorbed a single event each: the burst is over.
+        // Changes one pass apart go at once again, within the spacing of the last pass (a
+        // user waiting for each change to land pays the spacing twice after a burst, not at
+        // every change).
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let lone = Instant::now();
+            q.add(k("c"));
+            assert_eq!(q.next_batch(10).await, [k("c")]);
+            assert_eq!(Instant::now(), lone);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            q.done(&k("c"));
+        }
+        // Quiet for the spacing: the next event goes at once.
         tokio::time::sleep(SPACING).await;
         let quiet = Instant::now();
         q.add(k("c"));

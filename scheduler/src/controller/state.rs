@@ -62,6 +62,41 @@ pub struct State {
     /// Not the list itself: it names every filtered cluster, so 10,000 placements over 1,000
     /// clusters kept 10 million entries (about 1.5 GB).
     validity_warned: HashMap<Key, u64>,
+    /// Our PlacementDecision writes in flight: their watch events often arrive before the
+    /// write returns (and the writer puts the object into the store). Such an echo is not a
+    /// user's edit and must not schedule the placement again: that pass would only see other
+    /// placements' moves (Balance) and chase them, as upstream's controller does after each
+    /// of its own writes. Anything else (a user's edit) still schedules it.
+    own_writes: HashMap<(String, String), OwnWrite>,
+}
+
+/// What one of our PlacementDecision writes leaves on the object, as its watch event shows it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OwnWrite {
+    /// Labels it sets (the object may carry others).
+    pub labels: Option<BTreeMap<String, String>>,
+    /// The decision lists the object may show meanwhile (a create shows none, then its
+    /// status); empty: any.
+    pub entries: Vec<Vec<ocm_api::ClusterDecision>>,
+    /// It deletes the object.
+    pub delete: bool,
+}
+
+impl OwnWrite {
+    /// Whether `d` is what this write (or a step of it) leaves.
+    fn shows(&self, d: &PlacementDecision) -> bool {
+        let labels = self.labels.as_ref().is_none_or(|want| {
+            let have = d.metadata.labels.as_ref();
+            want.iter()
+                .all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v))
+        });
+        let entries = self.entries.is_empty()
+            || self
+                .entries
+                .iter()
+                .any(|e| decision_entries(d).eq(e.iter()));
+        labels && entries && !self.delete
+    }
 }
 
 /// Shared between the watches (writers) and the workers (readers). Never held across an await.
@@ -204,10 +239,24 @@ impl State {
     /// Applies a PlacementDecision. Its own placement is rescheduled (a user edit is
     /// overwritten); when the clusters it holds changed, the placements using Balance are
     /// marked for a later, coalesced reschedule (`balance_dirty`).
+    /// Our write of `ns/name` is in flight (see `own_writes`), until [`State::own_write_done`].
+    pub fn own_write(&mut self, ns: &str, name: &str, write: OwnWrite) {
+        self.own_writes
+            .insert((ns.to_owned(), name.to_owned()), write);
+    }
+
+    pub fn own_write_done(&mut self, ns: &str, name: &str) {
+        self.own_writes.remove(&(ns.to_owned(), name.to_owned()));
+    }
+
     pub fn apply_decision(&mut self, d: PlacementDecision) -> BTreeSet<Key> {
         let d = slim::decision(d);
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let name = d.metadata.name.clone().unwrap_or_default();
+        let echo = self
+            .own_writes
+            .get(&(ns.clone(), name.clone()))
+            .is_some_and(|w| w.shows(&d));
         let old = self.snapshot.decision(&ns, &name);
         if let Some(old) = &old
             && (is_older(
@@ -233,13 +282,17 @@ impl State {
             self.balance_dirty = true;
         }
         self.snapshot.upsert_decision(Arc::new(d));
-        out
+        if echo { BTreeSet::new() } else { out }
     }
 
     pub fn delete_decision(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
         let mut out = BTreeSet::new();
+        let echo = self
+            .own_writes
+            .get(&(ns.to_owned(), name.to_owned()))
+            .is_some_and(|w| w.delete);
         if let Some(old) = self.snapshot.decision(ns, name) {
-            if let Some(p) = placement_label(&old) {
+            if let Some(p) = placement_label(&old).filter(|_| !echo) {
                 out.insert((ns.to_owned(), p.to_owned()));
             }
             if decision_entries(&old).next().is_some() {
@@ -365,6 +418,69 @@ mod tests {
             "status": {"decisions": entries},
         }))
         .expect("a valid PlacementDecision")
+    }
+
+    /// Issue 17: the watch event of our own write, arriving before the write returns, does
+    /// not schedule the placement again; a user's edit meanwhile still does.
+    #[test]
+    fn the_echo_of_our_own_write_schedules_nothing() {
+        let key = ("ns".to_owned(), "p".to_owned());
+        let mut st = State::default();
+        let with = |rv: &str, clusters: &[&str]| {
+            let mut d = decision(
+                json!({"cluster.open-cluster-management.io/placement": "p"}),
+                clusters,
+            );
+            d.metadata.resource_version = Some(rv.to_owned());
+            d
+        };
+        assert_eq!(
+            st.apply_decision(with("1", &["a"])),
+            BTreeSet::from([key.clone()])
+        );
+
+        let ours = with("2", &["b"]);
+        let planned = ours.status.clone().map(|s| s.decisions).unwrap_or_default();
+        st.own_write(
+            "ns",
+            "p-decision-1",
+            OwnWrite {
+                entries: vec![planned.clone()],
+                ..OwnWrite::default()
+            },
+        );
+        assert_eq!(
+            st.apply_decision(ours),
+            BTreeSet::new(),
+            "the echo of our write"
+        );
+        // A user's edit while our write is in flight is not ours.
+        assert_eq!(
+            st.apply_decision(with("3", &["x"])),
+            BTreeSet::from([key.clone()])
+        );
+        st.own_write_done("ns", "p-decision-1");
+        assert_eq!(
+            st.apply_decision(with("4", &["b"])),
+            BTreeSet::from([key.clone()]),
+            "after the write, a change is news"
+        );
+
+        st.own_write(
+            "ns",
+            "p-decision-1",
+            OwnWrite {
+                delete: true,
+                ..OwnWrite::default()
+            },
+        );
+        assert_eq!(
+            st.delete_decision("ns", "p-decision-1"),
+            BTreeSet::new(),
+            "the echo of our delete"
+        );
+        st.own_write_done("ns", "p-decision-1");
+        assert!(st.snapshot.decision("ns", "p-decision-1").is_none());
     }
 
     fn labels() -> serde_json::Value {

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::Leader;
 use super::events::{Events, Publish, Recorder, Timing};
 use super::metrics::Metrics;
-use super::state::Shared;
+use super::state::{OwnWrite, Shared};
 use super::triggers::Key;
 use crate::core::Outcome;
 use crate::core::plan::{Event, PlannedWrite, Write};
@@ -107,6 +107,36 @@ impl Versions {
             resource_version: Some(rv.clone()),
             uid: Some(uid.clone()),
         })
+    }
+}
+
+/// What `write` leaves on its object, so that its watch event is known for ours.
+fn own_write(write: &Write) -> OwnWrite {
+    match write {
+        Write::Create(d) => OwnWrite {
+            labels: d.metadata.labels.clone(),
+            // The create shows no decisions; the status patch after it shows them.
+            entries: vec![
+                Vec::new(),
+                d.status
+                    .as_ref()
+                    .map(|s| s.decisions.clone())
+                    .unwrap_or_default(),
+            ],
+            delete: false,
+        },
+        Write::Status { status, .. } => OwnWrite {
+            entries: vec![status.decisions.clone()],
+            ..OwnWrite::default()
+        },
+        Write::Labels { labels, .. } => OwnWrite {
+            labels: Some(labels.clone()),
+            ..OwnWrite::default()
+        },
+        Write::Delete { .. } => OwnWrite {
+            delete: true,
+            ..OwnWrite::default()
+        },
     }
 }
 
@@ -236,7 +266,15 @@ impl Writer {
             let name = pw.write.decision_name().to_owned();
             let what = format!("PlacementDecision {ns}/{name}");
             self.check_leader(&what)?;
-            let written = self.write(&decisions, pw, &what, &versions).await?;
+            state.write().own_write(ns, &name, own_write(&pw.write));
+            let written = self.write(&decisions, pw, &what, &versions).await;
+            let written = match written {
+                Ok(w) => w,
+                Err(e) => {
+                    state.write().own_write_done(ns, &name);
+                    return Err(e);
+                }
+            };
             {
                 let mut st = state.write();
                 // Through the same path as a watch event, so that Balance users hear of it.
@@ -249,6 +287,7 @@ impl Writer {
                         st.delete_decision(ns, &name);
                     }
                 }
+                st.own_write_done(ns, &name);
             }
             self.emit(placement, &pw.events);
         }

@@ -486,6 +486,16 @@ pub fn schedule_with(
         }
     }
     let selected: Vec<&ClusterInfo> = s.selected.iter().map(|&i| s.filtered[i]).collect();
+    // The toleration timers of the clusters decided after this pass too. Upstream reads
+    // only the decisions from before the pass, and finds a newly chosen cluster's timer on
+    // the pass its own write's watch event starts; the controller here does not schedule
+    // on the echo of its own writes, so the timer must come from this pass.
+    if !status.keeps_decisions() {
+        s.requeue_at = earliest(
+            s.requeue_at,
+            filter::taint::requeue_at(selected.iter().map(|c| c.taints()), &spec.tolerations, now),
+        );
+    }
     let stopped_early = s.spread.as_ref().is_some_and(|r| r.stopped.is_some());
     let unscheduled = match spec.number_of_clusters {
         Some(n) if n >= 0 && !status.is_error() => {

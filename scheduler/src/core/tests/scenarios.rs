@@ -418,7 +418,10 @@ fn toleration_seconds_expire_and_requeue() {
             "c: taint k:NoSelect: toleration expired"
         ]
     );
-    // The decided cluster's toleration runs out 15 s from now: requeue then.
+    // The pass that decides it already requeues at its expiry, 15 s from now (upstream only
+    // on its next pass, which the echo of its own write starts).
+    assert_eq!(o.requeue_at, Some(at(15).0));
+    // And every pass after it while it stays decided.
     let o = w.schedule(&p);
     assert_eq!(o.requeue_at, Some(at(15).0));
     // Exactly at expiry it is gone (now < timeAdded + seconds, strictly).
