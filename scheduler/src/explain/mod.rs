@@ -41,7 +41,7 @@ pub enum ExplainError {
         resource: String,
         scope: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -86,7 +86,7 @@ impl Call {
                 verb: self.verb,
                 resource: self.resource,
                 scope: self.scope,
-                source,
+                source: Box::new(source),
             },
         }
     }
