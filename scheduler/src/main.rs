@@ -5,13 +5,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use futures::FutureExt;
 use placement_scheduler::controller::{self, Handle, Leader, Options};
 use placement_scheduler::core::Limits;
 use placement_scheduler::core::limits;
 use placement_scheduler::core::snapshot::MaxScoreValidity;
 use placement_scheduler::simulate::{self, Objects, report};
+use placement_scheduler::upstream::{self, Invocation, UpstreamArgs};
 
 /// The OCM placement scheduler.
 #[derive(Parser)]
@@ -27,8 +28,14 @@ enum Command {
     /// a cluster, and explain the decisions. With no path, runs on the built-in example fleet.
     Simulate(SimulateArgs),
     /// Run the placement controller against a hub: watch, schedule, write PlacementDecisions
-    /// and Placement status; serve /metrics, /healthz, /readyz and the debug endpoint.
+    /// and Placement status; serve /metrics, /healthz, /readyz and the debug endpoint. Also
+    /// takes the command line OCM's cluster-manager operator gives its placement image
+    /// (`/placement controller ...`).
     Controller(Box<ControllerArgs>),
+    /// Explain a Placement on a live hub: read it and everything it depends on (reads only),
+    /// print the `simulate` report, and how its live decisions differ from what it would pick
+    /// now. Also `kubectl placement explain NAMESPACE/NAME` (this binary as `kubectl-placement`).
+    Explain(ExplainArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -106,6 +113,21 @@ impl ValidityArgs {
 }
 
 #[derive(clap::Args)]
+struct ExplainArgs {
+    /// The Placement, as NAMESPACE/NAME.
+    placement: String,
+    /// The kubeconfig (default: $KUBECONFIG, the in-cluster service account, ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    #[arg(short, long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    #[command(flatten)]
+    validity: ValidityArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+#[derive(clap::Args)]
 struct ControllerArgs {
     #[command(flatten)]
     client: ocm_runtime::ClientArgs,
@@ -174,23 +196,58 @@ struct ControllerArgs {
     tls_key_file: Option<PathBuf>,
     #[command(flatten)]
     debug_limits: placement_scheduler::debug::DebugLimits,
+    /// Start even when OCM's own placement controller is active on the hub (its Lease
+    /// `placement-lock` held, or its Deployment `cluster-manager-placement-controller` ready,
+    /// in --ocm-hub-namespace). Without it the scheduler refuses to start then, rather than
+    /// fight it over the same PlacementDecisions. Not checked when started as `placement`
+    /// (as OCM's placement controller itself).
+    #[arg(
+        long,
+        env = "TAKE_OVER",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    take_over: bool,
+    /// Where OCM's hub components (its placement controller) run.
+    #[arg(
+        long,
+        env = "OCM_HUB_NAMESPACE",
+        default_value = "open-cluster-management-hub"
+    )]
+    ocm_hub_namespace: String,
+    #[command(flatten)]
+    upstream: UpstreamArgs,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Simulate(args) => simulate_cmd(args).map(|out| print!("{out}")),
-        Command::Controller(args) => tokio::runtime::Builder::new_multi_thread()
+    let (invocation, args) = upstream::invocation(std::env::args_os().collect());
+    let name = invocation.display_name();
+    let matches = Cli::command()
+        .name(name)
+        .bin_name(name)
+        .get_matches_from(args);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
+    };
+    let result = match cli.command {
+        Command::Simulate(args) => simulate_cmd(args).map(|out| print!("{out}")),
+        Command::Explain(args) => runtime()
             .map_err(Into::into)
-            .and_then(|rt| {
-                let result = rt.block_on(controller_cmd(*args));
-                // A scheduling pass still running on the blocking pool must not hold up the
-                // exit (dropping the runtime would wait for it).
-                rt.shutdown_background();
-                result
-            }),
+            .and_then(|rt| rt.block_on(explain_cmd(args)))
+            .map(|out| print!("{out}")),
+        Command::Controller(args) => runtime().map_err(Into::into).and_then(|rt| {
+            let result = rt.block_on(controller_cmd(*args, invocation));
+            // A scheduling pass still running on the blocking pool must not hold up the
+            // exit (dropping the runtime would wait for it).
+            rt.shutdown_background();
+            result
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -237,11 +294,77 @@ fn simulate_cmd(args: SimulateArgs) -> Result<String, Box<dyn std::error::Error>
     })
 }
 
-async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::Error>> {
+async fn explain_cmd(args: ExplainArgs) -> Result<String, Box<dyn std::error::Error>> {
+    use placement_scheduler::explain;
+    let (namespace, name) = explain::parse_key(&args.placement)?;
+    let user_agent = concat!("placement-scheduler-explain/", env!("CARGO_PKG_VERSION"));
+    let config = ocm_runtime::client::load_config(args.kubeconfig.as_deref()).await?;
+    let client = ocm_runtime::client::client_with(config, None, user_agent)?;
+    let objects = explain::read_hub(&client, &namespace, &name).await?;
+    let key = format!("{namespace}/{name}");
+    let results = simulate::run(
+        &objects,
+        jiff::Timestamp::now(),
+        std::slice::from_ref(&key),
+        args.validity.bound(),
+        args.limits.limits(),
+    );
+    let diff = results.first().and_then(|r| {
+        Some(explain::live_diff(
+            &objects,
+            &r.placement,
+            r.outcome.as_ref()?,
+        ))
+    });
+    Ok(match args.output {
+        Output::Text => {
+            let mut out = report::text(&results);
+            if let Some(d) = &diff {
+                out.push_str(&explain::diff::text(d));
+            }
+            out
+        }
+        Output::Json | Output::Yaml => {
+            let value = serde_json::json!({
+                "placement": key,
+                "computed": report::objects(&results),
+                "live": diff,
+            });
+            match args.output {
+                Output::Json => format!("{value:#}\n"),
+                _ => serde_saphyr::to_string(&value)?,
+            }
+        }
+    })
+}
+
+async fn controller_cmd(
+    mut args: ControllerArgs,
+    invocation: Invocation,
+) -> Result<(), Box<dyn std::error::Error>> {
     ocm_runtime::logging::init(&args.log)?;
+    // Upstream's flags that map onto ours.
+    args.upstream.log_ignored();
+    if args.upstream.disable_leader_election {
+        args.leader.leader_elect = false;
+    }
+    args.leader.leader_election_namespace = args
+        .upstream
+        .lease_namespace(invocation, &args.leader.leader_election_namespace);
+    if let Some(qps) = args.upstream.kube_api_qps {
+        args.client.client_qps = qps;
+    }
+    if let Some(burst) = args.upstream.kube_api_burst {
+        args.client.client_burst = burst;
+    }
     let shutdown = ocm_runtime::signal().shared();
     let user_agent = concat!("placement-scheduler/", env!("CARGO_PKG_VERSION"));
     let config = ocm_runtime::client::load_config(args.client.kubeconfig.as_deref()).await?;
+    if invocation != Invocation::Upstream {
+        let client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
+        placement_scheduler::coexist::check(&client, &args.ocm_hub_namespace, args.take_over)
+            .await?;
+    }
     let limiter = args.client.rate_limiter()?;
     // The debug endpoint's reviews have a rate limiter of their own (same settings), so that
     // callers of the endpoint never spend the controller's (its client, below, sends writes
@@ -271,6 +394,17 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     let registry = Arc::new(registry);
     let health = ocm_runtime::Health::new();
     let metrics_listener = args.serve.bind().await?;
+    if let Some(addr) = args.upstream.listen_address(invocation) {
+        let probes = upstream::serve_probes(
+            addr,
+            registry.clone(),
+            health.clone(),
+            args.serve.limits.clone(),
+            shutdown.clone(),
+        )
+        .await?;
+        tokio::spawn(probes);
+    }
     tokio::spawn(ocm_runtime::serve_metrics(
         metrics_listener,
         registry,
@@ -293,9 +427,11 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     // The elector has a client of its own, outside the rate limit, so that a busy leader's
     // renewals never queue behind its own writes (client-go's controllers do the same).
     let elector_client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
-    let leadership = args
-        .leader
-        .start(elector_client, "placement-scheduler", shutdown.clone())?;
+    let leadership = args.leader.start(
+        elector_client,
+        upstream::lease_name(invocation),
+        shutdown.clone(),
+    )?;
     let writes =
         ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
@@ -356,4 +492,51 @@ async fn debug_endpoint(
     let listener = ocm_runtime::Listener::new(listener, args.serve.limits.clone());
     debug::serve(listener, transport, debugger, shutdown)
         .map_err(|e| format!("--debug-insecure-loopback: {e}").into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// The arguments OCM's cluster-manager operator gives its placement container (its
+    /// `placement/deployment.yaml`, every optional part rendered), as the image runs them.
+    #[test]
+    fn upstreams_command_line_parses() {
+        let (invocation, args) = upstream::invocation(
+            [
+                "/placement",
+                "controller",
+                "--feature-gates=Foo=true",
+                "--feature-gates=Bar=false",
+                "--kubeconfig=/var/run/secrets/hub/kubeconfig",
+                "--tls-min-version=VersionTLS12",
+                "--tls-cipher-suites=TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384",
+                "--disable-leader-election",
+                "--leader-election-lease-duration=137s",
+                "--namespace=open-cluster-management-hub",
+                "--kube-api-qps=50",
+                "--kube-api-burst=100",
+            ]
+            .map(std::ffi::OsString::from)
+            .to_vec(),
+        );
+        assert_eq!(invocation, Invocation::Upstream);
+        let cli = Cli::try_parse_from(args).expect("upstream's command line");
+        let Command::Controller(c) = cli.command else {
+            panic!("not the controller");
+        };
+        assert_eq!(c.upstream.feature_gates, ["Foo=true", "Bar=false"]);
+        assert!(c.upstream.disable_leader_election);
+        assert_eq!(c.upstream.kube_api_burst, Some(100));
+        assert_eq!(
+            c.leader.leader_election_lease_duration,
+            Duration::from_secs(137)
+        );
+        assert!(!c.take_over);
+    }
 }

@@ -6,6 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -331,6 +332,285 @@ async fn a_transient_cel_compile_failure_keeps_the_decisions_and_recovers() {
     assert!(
         stderr.contains("scheduling failed for a transient reason")
             && stderr.contains("cannot start the compiler thread"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Writes the Lease upstream's placement replicas elect their leader on, in `ns`, held by
+/// `holder` and renewed `ago` before now.
+async fn upstream_lease(hub: &Hub, ns: &str, holder: &str, ago: Duration, seconds: i32) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let renewed = jiff::Timestamp::now() - jiff::SignedDuration::try_from(ago).unwrap();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "placement-lock", "namespace": ns},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds},
+    }))
+    .unwrap();
+    let lease = Lease {
+        spec: lease
+            .spec
+            .map(|s| k8s_openapi::api::coordination::v1::LeaseSpec {
+                renew_time: Some(MicroTime(renewed)),
+                acquire_time: Some(MicroTime(renewed)),
+                ..s
+            }),
+        ..lease
+    };
+    let api: kube::Api<Lease> = kube::Api::namespaced(hub.client.clone(), ns);
+    let _ = api.delete("placement-lock", &Default::default()).await;
+    api.create(&Default::default(), &lease).await.unwrap();
+}
+
+/// The chart's invocation of the scheduler, as the chart's RBAC, looking for OCM's placement
+/// controller in `hub`'s namespace; stderr to `dir/stderr`.
+fn chart_scheduler(hub: &Hub, kubeconfig: &Path, dir: &Path, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
+        .args([
+            "controller",
+            "--leader-elect=false",
+            "--debug-bind-address=",
+        ])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg(format!("--ocm-hub-namespace={}", hub.ns))
+        .args([
+            "--metrics-bind-address",
+            &format!("127.0.0.1:{}", testenv::free_port()),
+        ])
+        .args(["--namespaces", &hub.ns])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child` to exit (within the deadline).
+async fn exited(child: &mut Child) -> std::process::ExitStatus {
+    eventually("the process to exit", || {
+        let status = child.try_wait().unwrap();
+        async move { status }
+    })
+    .await
+}
+
+/// OCM's placement controller holds its Lease: the chart's scheduler refuses to start, naming
+/// what it found and both remedies, and writes nothing; with --take-over it schedules.
+#[tokio::test]
+async fn the_scheduler_refuses_to_fight_ocms_placement_controller_unless_told_to_take_over() {
+    let hub = Hub::without_controller("pl-coexist").await;
+    hub.clusters(&["a", "b"], json!({})).await;
+    hub.placement("p", json!({})).await;
+    let dir = std::env::temp_dir().join(format!("pl-coexist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let account = common::as_scheduler_account(&hub, "placement-scheduler", &dir).await;
+    let holder = "cluster-manager-placement-controller-6d4f8_0f1e2d3c";
+    upstream_lease(&hub, &hub.ns, holder, Duration::from_secs(2), 137).await;
+
+    let mut refused = chart_scheduler(&hub, &account.kubeconfig, &dir, &[]);
+    let status = exited(&mut refused).await;
+    let stderr = std::fs::read_to_string(dir.join("stderr")).unwrap();
+    assert!(!status.success(), "{stderr}");
+    for part in [
+        format!("Lease {}/placement-lock is held by \"{holder}\"", hub.ns),
+        "spec.placementImagePullSpec".into(),
+        "--take-over".into(),
+    ] {
+        assert!(stderr.contains(&part), "{part:?} not in {stderr}");
+    }
+    assert!(hub.decisions("p").await.is_empty(), "it wrote decisions");
+
+    let mut taking_over = chart_scheduler(&hub, &account.kubeconfig, &dir, &["--take-over"]);
+    hub.expect("p", &["a", "b"]).await;
+    let _ = taking_over.kill();
+    let _ = taking_over.wait();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A stale Lease (its holder gone) does not stop the chart's scheduler; a ready Deployment of
+/// OCM's placement controller does.
+#[tokio::test]
+async fn a_stale_lease_lets_the_scheduler_start_and_a_ready_deployment_does_not() {
+    let hub = Hub::without_controller("pl-stale").await;
+    hub.clusters(&["a"], json!({})).await;
+    hub.placement("p", json!({})).await;
+    let dir = std::env::temp_dir().join(format!("pl-stale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let account = common::as_scheduler_account(&hub, "placement-scheduler", &dir).await;
+    upstream_lease(&hub, &hub.ns, "gone_1", Duration::from_secs(600), 137).await;
+    let mut started = chart_scheduler(&hub, &account.kubeconfig, &dir, &[]);
+    hub.expect("p", &["a"]).await;
+    let _ = started.kill();
+    let _ = started.wait();
+
+    use k8s_openapi::api::apps::v1::Deployment;
+    let deployments: kube::Api<Deployment> = kube::Api::namespaced(hub.client.clone(), &hub.ns);
+    let labels = json!({"app": "clustermanager-placement-controller"});
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "cluster-manager-placement-controller"},
+        "spec": {"selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "placement-controller", "image": "placement"}]}}},
+    }))
+    .unwrap();
+    deployments.create(&Default::default(), &d).await.unwrap();
+    deployments
+        .patch_status(
+            "cluster-manager-placement-controller",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"status": {"replicas": 1, "readyReplicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let mut refused = chart_scheduler(&hub, &account.kubeconfig, &dir, &[]);
+    let status = exited(&mut refused).await;
+    let stderr = std::fs::read_to_string(dir.join("stderr")).unwrap();
+    assert!(!status.success(), "{stderr}");
+    let found = format!(
+        "Deployment {}/cluster-manager-placement-controller has 1 ready replica(s)",
+        hub.ns
+    );
+    assert!(stderr.contains(&found), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `GET path` over HTTPS on `port` without verifying the certificate, as the kubelet probes.
+async fn probe(port: u16, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    #[derive(Debug)]
+    struct Any(Arc<rustls::crypto::CryptoProvider>);
+    impl rustls::client::danger::ServerCertVerifier for Any {
+        fn verify_server_cert(
+            &self,
+            _: &rustls_pki_types::CertificateDer<'_>,
+            _: &[rustls_pki_types::CertificateDer<'_>],
+            _: &rustls_pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls_pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            m: &[u8],
+            c: &rustls_pki_types::CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn verify_tls13_signature(
+            &self,
+            m: &[u8],
+            c: &rustls_pki_types::CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Any(provider)))
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let name = rustls_pki_types::ServerName::try_from("localhost").ok()?;
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .ok()?;
+    tls.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = Vec::new();
+    let _ = tls.read_to_end(&mut buf).await;
+    String::from_utf8_lossy(&buf)
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The command line OCM's cluster-manager operator gives its placement image (its
+/// `placement/deployment.yaml`, with every optional flag rendered), run as `placement`: it
+/// starts (no coexistence check: it *is* OCM's placement controller), elects its leader on
+/// upstream's Lease `placement-lock`, serves upstream's HTTPS probe and schedules.
+#[tokio::test]
+async fn upstreams_command_line_runs_as_ocms_placement_controller() {
+    let hub = Hub::without_controller("pl-upstream").await;
+    hub.clusters(&["a", "b"], json!({})).await;
+    let dir = std::env::temp_dir().join(format!("pl-upstream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    testenv::shared()
+        .await
+        .write_kubeconfig(&kubeconfig)
+        .unwrap();
+    // The image provides the binary as /placement.
+    let placement = dir.join("placement");
+    let _ = std::fs::remove_file(&placement);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_placement-scheduler"), &placement).unwrap();
+    let probe_port = testenv::free_port();
+    let mut child = Command::new(&placement)
+        .args([
+            "controller",
+            "--feature-gates=SomePlacementGate=true",
+            &format!("--kubeconfig={}", kubeconfig.display()),
+            "--tls-min-version=VersionTLS12",
+            "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        ])
+        // The test's isolation, through the environment (the command line stays upstream's):
+        // the Lease in this test's namespace, its placements only, free ports.
+        .env("POD_NAMESPACE", &hub.ns)
+        .env("NAMESPACES", &hub.ns)
+        .env("LISTEN_ADDRESS", format!("127.0.0.1:{probe_port}"))
+        .env(
+            "METRICS_BIND_ADDRESS",
+            format!("127.0.0.1:{}", testenv::free_port()),
+        )
+        .env("DEBUG_BIND_ADDRESS", "")
+        .env("RUST_LOG", "info,placement_scheduler=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    // A held upstream Lease would stop the chart's invocation; this one is not checked.
+    hub.placement("p", json!({})).await;
+    hub.expect("p", &["a", "b"]).await;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(hub.client.clone(), &hub.ns);
+    let lease = leases.get("placement-lock").await.unwrap();
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(!holder.is_empty(), "placement-lock is not held");
+    let status = eventually("the HTTPS /healthz probe", || probe(probe_port, "/healthz")).await;
+    assert_eq!(status, 200);
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = std::fs::read_to_string(dir.join("stderr")).unwrap();
+    assert!(
+        stderr.contains("accepted and ignored")
+            && stderr.contains("--feature-gates=SomePlacementGate=true"),
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -357,7 +357,12 @@ pub struct SchedulerAccount {
 pub async fn as_scheduler_account(hub: &Hub, sa: &str, dir: &std::path::Path) -> SchedulerAccount {
     let rbac = include_str!("../../../charts/ocm-placement/files/scheduler-rbac.yaml")
         .replace("{{NAMESPACE}}", &hub.ns)
-        .replace("{{SUBJECT}}", sa);
+        .replace("{{SUBJECT}}", sa)
+        // Cluster-scoped names per test: tests running at once must not rebind each other's.
+        .replace(
+            "open-cluster-management:placement-scheduler",
+            &format!("open-cluster-management:placement-scheduler:{}", hub.ns),
+        );
     testenv::apply_yaml(&hub.client, &rbac, &hub.ns)
         .await
         .expect("the scheduler's RBAC");
