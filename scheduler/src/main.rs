@@ -258,6 +258,7 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     }
     let handle = Handle::new(&mut registry);
     let debug_metrics = placement_scheduler::debug::DebugMetrics::new(&mut registry);
+    let leader_gauge = ocm_runtime::leader_gauge::LeaderGauge::register(&mut registry);
     handle
         .state
         .write()
@@ -296,6 +297,7 @@ async fn controller_cmd(args: ControllerArgs) -> Result<(), Box<dyn std::error::
     let leadership = args
         .leader
         .start(elector_client, "placement-scheduler", shutdown.clone())?;
+    leader_gauge.follow("placement-scheduler", leadership.clone());
     let writes =
         ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
