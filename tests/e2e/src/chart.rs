@@ -268,11 +268,11 @@ pub fn promql_metric_names(expr: &str) -> BTreeSet<String> {
                 i = j + 1;
                 continue;
             }
-            if !call
-                && !KEYWORDS.contains(&word.as_str())
-                && !AGGREGATIONS.contains(&word.as_str())
-                && !(start > 0 && chars[start - 1] == '$')
-            {
+            // A Grafana variable (`$__rate_interval`) is no metric either.
+            let variable = start > 0 && chars[start - 1] == '$';
+            let reserved =
+                KEYWORDS.contains(&word.as_str()) || AGGREGATIONS.contains(&word.as_str());
+            if !(call || reserved || variable) {
                 names.insert(word);
             }
         } else if c.is_ascii_digit() || c == '.' {

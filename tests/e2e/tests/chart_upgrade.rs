@@ -6,7 +6,7 @@
 //! add-on) have fixed names, and the chart test's hub already has the CRDs.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use e2e::chart::{chart_dir, fixture, helm_on, render, run_as_the_chart};
@@ -22,8 +22,8 @@ fn strings(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| (*s).to_owned()).collect()
 }
 
-async fn helm(args: &[&str], kubeconfig: &PathBuf) -> std::process::Output {
-    helm_on(strings(args), kubeconfig.clone())
+async fn helm(args: &[&str], kubeconfig: &Path) -> std::process::Output {
+    helm_on(strings(args), kubeconfig.to_path_buf())
         .await
         .unwrap_or_else(|e| panic!("{e}"))
 }
