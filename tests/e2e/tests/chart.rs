@@ -936,3 +936,72 @@ fn monitoring_selects_each_component_on_its_metrics_port() {
         .collect();
     assert_eq!(monitors, ["resource-usage-hub-manager"]);
 }
+
+/// The notes an install prints (`helm install --dry-run=client` renders them without a hub).
+fn notes(set: &str) -> String {
+    let chart = chart();
+    let out = helm::helm(
+        &[
+            "install",
+            "r",
+            &chart,
+            "--namespace",
+            "hub",
+            "--dry-run=client",
+            "--set",
+            set,
+        ],
+        None,
+    )
+    .expect("helm install --dry-run=client");
+    let text = helm::stdout(&out);
+    text.split_once("NOTES:")
+        .map(|(_, n)| n.to_owned())
+        .unwrap_or_else(|| panic!("no NOTES in {text}"))
+}
+
+#[test]
+fn the_notes_say_what_was_installed_and_warn_about_a_second_scheduler() {
+    let chart = chart();
+    helm::helm(
+        &[
+            "lint",
+            "--strict",
+            &chart,
+            "--set",
+            "scheduler.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
+        ],
+        None,
+    )
+    .expect("helm lint --strict, everything on");
+
+    let defaults = notes("logLevel=info");
+    for want in [
+        "ClusterManagementAddOn resource-usage-collect",
+        "hub/resource-usage-collect-global",
+        "kubectl get clustermanagementaddon resource-usage-collect",
+        "kubectl get addonplacementscores -A --field-selector metadata.name=resource-usage-score",
+        "kubectl get placementdecisions -A",
+        "placement-scheduler explain NAMESPACE/NAME",
+        "kubectl placement explain NAMESPACE/NAME",
+    ] {
+        assert!(
+            defaults.contains(want),
+            "{want:?} in the notes:\n{defaults}"
+        );
+    }
+    assert!(!defaults.contains("WARNING"), "{defaults}");
+
+    let ours = notes("scheduler.enabled=true");
+    assert!(
+        ours.contains("WARNING: this release runs its own placement scheduler"),
+        "{ours}"
+    );
+    assert!(ours.contains("spec.placementImagePullSpec"), "{ours}");
+    assert!(ours.contains("refuses to start"), "{ours}");
+    let take_over = notes("scheduler.enabled=true,scheduler.takeOver=true");
+    assert!(
+        take_over.contains("scheduler.takeOver is set"),
+        "{take_over}"
+    );
+}
