@@ -762,23 +762,27 @@ fn the_readme_values_table_is_current() {
     );
 }
 
+/// `promtool check rules` on the chart's rules file, and `promtool test rules` with the alerts'
+/// unit tests (fixtures/prometheus-rules.test.yaml): each fires on trouble, not on health.
 #[test]
 fn the_rules_pass_promtool() {
     let rules = e2e::chart::chart_dir().join("files/prometheus-rules.yaml");
+    let tests = e2e::chart::fixture("prometheus-rules.test.yaml");
     let promtool = e2e::chart::promtool().unwrap_or_else(|e| panic!("{e}"));
-    let out = std::process::Command::new(&promtool)
-        .arg("check")
-        .arg("rules")
-        .arg(&rules)
-        .output()
-        .expect("run promtool");
-    assert!(
-        out.status.success(),
-        "promtool check rules {}:\n{}{}",
-        rules.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for (verb, file) in [("check", &rules), ("test", &tests)] {
+        let out = std::process::Command::new(&promtool)
+            .args([verb, "rules"])
+            .arg(file)
+            .output()
+            .expect("run promtool");
+        assert!(
+            out.status.success(),
+            "promtool {verb} rules {}:\n{}{}",
+            file.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// With monitoring on, each enabled component gets a monitor that selects its pods (through a
