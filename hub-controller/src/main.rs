@@ -237,6 +237,7 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
         l.register(&mut registry);
     }
     let handle = Handle::new(&mut registry);
+    let leader_gauge = ocm_runtime::leader_gauge::LeaderGauge::register(&mut registry);
     let registry = Arc::new(registry);
     let health = ocm_runtime::Health::new();
     let listener = args.serve.bind().await?;
@@ -255,6 +256,7 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
         &format!("{}-manager", args.addon_name),
         shutdown.clone(),
     )?;
+    leader_gauge.follow(&format!("{}-manager", args.addon_name), leadership.clone());
     let client =
         ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
@@ -378,6 +380,7 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut registry = prometheus_client::registry::Registry::default();
     runner.metrics().register(&mut registry);
     scorer_metrics.register(&mut registry);
+    let leader_gauge = ocm_runtime::leader_gauge::LeaderGauge::register(&mut registry);
     let listener = args.provider.serve.bind().await?;
     let health = runner.health();
     tokio::spawn(ocm_runtime::serve_metrics(
@@ -397,6 +400,7 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut elector_task = None;
     if let Some(elector) = elector {
         let mut l = elector.leadership();
+        leader_gauge.follow(SCORER, l.clone());
         tracing::info!(identity = elector.identity(), "leader election on");
         elector_task = Some(tokio::spawn(elector.run(async move {
             let _ = released.await;

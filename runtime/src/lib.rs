@@ -53,6 +53,7 @@
 pub mod client;
 pub mod http;
 pub mod leader;
+pub mod leader_gauge;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;

@@ -381,6 +381,7 @@ async fn controller_cmd(
     }
     let handle = Handle::new(&mut registry);
     let debug_metrics = placement_scheduler::debug::DebugMetrics::new(&mut registry);
+    let leader_gauge = ocm_runtime::leader_gauge::LeaderGauge::register(&mut registry);
     handle
         .state
         .write()
@@ -427,11 +428,11 @@ async fn controller_cmd(
     // The elector has a client of its own, outside the rate limit, so that a busy leader's
     // renewals never queue behind its own writes (client-go's controllers do the same).
     let elector_client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
-    let leadership = args.leader.start(
-        elector_client,
-        upstream::lease_name(invocation),
-        shutdown.clone(),
-    )?;
+    let lease = upstream::lease_name(invocation);
+    let leadership = args
+        .leader
+        .start(elector_client, lease, shutdown.clone())?;
+    leader_gauge.follow(lease, leadership.clone());
     let writes =
         ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());

@@ -9,6 +9,8 @@
 #   mode     its mode there (0755, 0644)
 #   refresh  when non-empty, download again even if a cached file works
 #   works    a function: `works PATH` succeeds when the file at PATH does its job
+#   extras   optional: more members of the same package (space-separated tar paths), installed
+#            beside `file` under their base names before `works` runs (./usr/bin/promtool)
 #
 # The newest cached file that works is used without network. Otherwise the package is fetched
 # with `apt-get download` and only `member` is extracted. Progress goes to stderr; the file's
@@ -76,12 +78,19 @@ debian_file_install() {
   debs=("$work"/*.deb)
   [ -f "${debs[0]}" ] || die "apt-get download $pkg left no .deb in $work"
   ver=$(dpkg-deb -f "${debs[0]}" Version)
-  dpkg-deb --fsys-tarfile "${debs[0]}" | tar -x -C "$work" --wildcards "$member" \
-    || die "no $member in $(basename "${debs[0]}")"
+  local -a more
+  read -r -a more <<<"${extras:-}"
+  dpkg-deb --fsys-tarfile "${debs[0]}" | tar -x -C "$work" --wildcards "$member" "${more[@]}" \
+    || die "no $member ${more[*]} in $(basename "${debs[0]}")"
   found=("$work"/$member)
 
   dest="$cache/$ver/$file"
   mkdir -p "$(dirname "$dest")"
+  local extra
+  for extra in "${more[@]}"; do
+    install -m "$mode" "$work/$extra" "$(dirname "$dest")/$(basename "$extra").tmp.$$"
+    mv -f "$(dirname "$dest")/$(basename "$extra").tmp.$$" "$(dirname "$dest")/$(basename "$extra")"
+  done
   # Copied to a temp name next to the destination, then renamed: an interrupted run never
   # leaves a half-written file that looks cached.
   install -m "$mode" "${found[0]}" "$dest.tmp.$$"

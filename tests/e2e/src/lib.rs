@@ -1,6 +1,9 @@
 //! The local fleet (`fleet`: a hub control plane, the scheduler, the add-on manager and one
 //! agent per cluster as local processes) and, in `tests/`, the cross-crate tests: the Helm chart
-//! with the real helm and apiserver, and the whole loop on the fleet.
+//! with the real helm and apiserver, and the whole loop on the fleet; the chart README's values
+//! table (`chart-readme`).
 
+pub mod chart;
+pub mod chart_readme;
 pub mod fleet;
 pub mod thanos;

@@ -1,0 +1,275 @@
+//! Upgrading a release of the chart as an earlier commit had it (`fixtures/chart-29155e1`, with
+//! the scheduler on by default) to the current chart, with the real `helm`, on a bare hub whose
+//! OCM CRDs the chart installs (`installCRDs=true`): the Placements' decisions and the agents'
+//! scores stay, no CRD is lost or recreated, and the current components run under the upgraded
+//! RBAC. Its own control plane: the chart's cluster-scoped objects (CRDs, ClusterRoles, the
+//! add-on) have fixed names, and the chart test's hub already has the CRDs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use e2e::chart::{chart_dir, fixture, helm_on, render, run_as_the_chart};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use ocm_api::{AddOnPlacementScore, Placement, PlacementDecision};
+use serde_json::{Value, json};
+use testenv::{ControlPlane, eventually};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn strings(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| (*s).to_owned()).collect()
+}
+
+async fn helm(args: &[&str], kubeconfig: &Path) -> std::process::Output {
+    helm_on(strings(args), kubeconfig.to_path_buf())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Decision name -> (uid, clusters) of the Placement `name`.
+async fn decisions(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> BTreeMap<String, (String, Vec<String>)> {
+    let list = Api::<PlacementDecision>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "cluster.open-cluster-management.io/placement={name}"
+        )))
+        .await
+        .expect("decisions");
+    list.items
+        .into_iter()
+        .map(|d| {
+            let clusters = d
+                .status
+                .map(|s| s.decisions.into_iter().map(|c| c.cluster_name).collect())
+                .unwrap_or_default();
+            (
+                d.metadata.name.unwrap_or_default(),
+                (d.metadata.uid.unwrap_or_default(), clusters),
+            )
+        })
+        .collect()
+}
+
+/// CRD name -> uid: a CRD deleted and created again (which deletes every object of its kind)
+/// has a new uid.
+async fn crds(client: &kube::Client) -> BTreeMap<String, String> {
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .expect("CRDs")
+        .items
+        .into_iter()
+        .map(|c| {
+            (
+                c.metadata.name.unwrap_or_default(),
+                c.metadata.uid.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn upgrades_an_earlier_chart_keeping_decisions_scores_and_crds() {
+    let old_chart = fixture("chart-29155e1");
+    let new_chart = chart_dir();
+    let (old, new) = (
+        old_chart.display().to_string(),
+        new_chart.display().to_string(),
+    );
+    let cp = ControlPlane::start(testenv::Options::default())
+        .await
+        .expect("a bare control plane");
+    let client = cp.client().expect("client");
+    let ns = testenv::namespace(&client, "ocm-placement")
+        .await
+        .expect("ns");
+    let dir = std::env::temp_dir().join(format!("chart-upgrade-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kc = dir.join("kubeconfig");
+    cp.write_kubeconfig(&kc).expect("kubeconfig");
+
+    // Revision 1: the old chart as a bare hub installs it: the CRDs and its default scheduler
+    // (the add-on's objects need the CRDs to exist first).
+    let first = "installCRDs=true,manager.enabled=false";
+    helm(
+        &["install", "r", &old, "--namespace", &ns, "--set", first],
+        &kc,
+    )
+    .await;
+    let crds_before = crds(&client).await;
+    assert!(
+        crds_before.len() >= ocm_api::crds::all().len(),
+        "{crds_before:?}"
+    );
+
+    // A fleet of three clusters with the agents' scores, and a Placement that takes the one
+    // with the most free CPU.
+    for obj in [
+        json!({"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSet",
+            "metadata": {"name": "fleet"}, "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}}),
+        json!({"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSetBinding",
+            "metadata": {"name": "fleet", "namespace": ns}, "spec": {"clusterSet": "fleet"}}),
+        json!({"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+            "metadata": {"name": "primary", "namespace": ns},
+            "spec": {"numberOfClusters": 1, "clusterSets": ["fleet"],
+                "prioritizerPolicy": {"mode": "Exact", "configurations": [
+                    {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "resource-usage-score", "scoreName": "cpuAvailable"}}, "weight": 1}]}}}),
+    ] {
+        testenv::apply(&client, &obj, &ns)
+            .await
+            .unwrap_or_else(|e| panic!("{obj}: {e}"));
+    }
+    let clusters = [("c1", 10), ("c2", 80), ("c3", 40)];
+    let valid_until = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+    for (c, cpu) in clusters {
+        let cluster = format!("{ns}-{c}");
+        for obj in [
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster}}),
+            json!({"apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+                "metadata": {"name": cluster, "labels": {"cluster.open-cluster-management.io/clusterset": "fleet"}},
+                "spec": {"hubAcceptsClient": true}}),
+        ] {
+            testenv::apply(&client, &obj, "")
+                .await
+                .unwrap_or_else(|e| panic!("{obj}: {e}"));
+        }
+        let scores = Api::<AddOnPlacementScore>::namespaced(client.clone(), &cluster);
+        let score: AddOnPlacementScore = serde_json::from_value(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1alpha1", "kind": "AddOnPlacementScore",
+            "metadata": {"name": "resource-usage-score"}, "spec": {}}))
+        .expect("score");
+        scores
+            .create(&PostParams::default(), &score)
+            .await
+            .expect("create the score");
+        scores
+            .patch_status(
+                "resource-usage-score",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "scores": [{"name": "cpuAvailable", "value": cpu}],
+                    "validUntil": valid_until.to_string(),
+                    "conditions": []}})),
+            )
+            .await
+            .expect("the score's status");
+    }
+    let score_versions = || async {
+        let mut v = BTreeMap::new();
+        for (c, _) in clusters {
+            let s = Api::<AddOnPlacementScore>::namespaced(client.clone(), &format!("{ns}-{c}"))
+                .get("resource-usage-score")
+                .await
+                .expect("score");
+            v.insert(c, s.metadata.resource_version.unwrap_or_default());
+        }
+        v
+    };
+
+    // The old chart's scheduler, as the old chart's identity, decides: c2 (80 free).
+    let bins = e2e::fleet::binaries(false).expect("binaries");
+    let old_docs = render(&old_chart, &ns, &["--set", first]).expect("the old chart");
+    let running = run_as_the_chart(&cp, &old_docs, &ns, &bins)
+        .await
+        .expect("the old chart's scheduler");
+    let want = vec![format!("{ns}-c2")];
+    let decided = eventually("the old chart's scheduler decides c2", DEADLINE, || async {
+        let d = decisions(&client, &ns, "primary").await;
+        (d.len() == 1 && d.values().all(|(_, c)| *c == want)).then_some(d)
+    })
+    .await;
+    drop(running);
+    let scores_before = score_versions().await;
+
+    // Revision 2: the current chart; the scheduler kept on (no longer the default), the add-on
+    // on now that the CRDs exist.
+    helm(
+        &[
+            "upgrade",
+            "r",
+            &new,
+            "--namespace",
+            &ns,
+            "--set",
+            "installCRDs=true,scheduler.enabled=true",
+        ],
+        &kc,
+    )
+    .await;
+    let status = helm(&["status", "r", "--namespace", &ns, "-o", "json"], &kc).await;
+    let status: Value = serde_json::from_slice(&status.stdout).expect("helm status JSON");
+    assert_eq!(status["info"]["status"], "deployed", "{status}");
+    assert_eq!(status["version"], 2, "{status}");
+
+    // No CRD lost or recreated; every current one there.
+    let crds_after = crds(&client).await;
+    for (name, uid) in &crds_before {
+        assert_eq!(crds_after.get(name), Some(uid), "CRD {name} kept as it was");
+    }
+    for c in ocm_api::crds::all() {
+        let name = c.metadata.name.unwrap_or_default();
+        assert!(crds_after.contains_key(&name), "CRD {name}");
+    }
+    assert_eq!(decisions(&client, &ns, "primary").await, decided);
+    assert_eq!(score_versions().await, scores_before);
+
+    // The current components under the upgraded RBAC: the scheduler schedules the add-on's
+    // Placement (so it runs passes), and keeps the earlier decision as it is.
+    let new_docs = render(
+        &new_chart,
+        &ns,
+        &["--set", "installCRDs=true,scheduler.enabled=true"],
+    )
+    .expect("the current chart");
+    let running = run_as_the_chart(&cp, &new_docs, &ns, &bins)
+        .await
+        .expect("the current chart's components");
+    assert_eq!(running.ports.len(), 2, "{:?}", running.ports);
+    eventually("the add-on's Placement scheduled", DEADLINE, || async {
+        let p = Api::<Placement>::namespaced(client.clone(), &ns)
+            .get("resource-usage-collect-global")
+            .await
+            .ok()?;
+        p.status
+            .filter(|s| s.conditions.iter().any(|c| c.type_ == "PlacementSatisfied"))
+            .map(|_| ())
+    })
+    .await;
+    // Its first passes cover every Placement: once it has scheduled both (counted on its
+    // /metrics), the earlier decision is the current scheduler's too.
+    let port = running
+        .ports
+        .iter()
+        .find(|(c, _)| c == "controller")
+        .map(|(_, p)| *p)
+        .expect("the scheduler's port");
+    eventually(
+        "the current scheduler's passes over both Placements",
+        DEADLINE,
+        || async {
+            let (_, page) = testenv::http::get(([127, 0, 0, 1], port).into(), "/metrics")
+                .await
+                .ok()?;
+            let passes: f64 = page
+                .lines()
+                .filter(|l| l.starts_with("placement_schedules_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            (passes >= 2.0).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(decisions(&client, &ns, "primary").await, decided);
+    assert_eq!(score_versions().await, scores_before);
+    drop(running);
+
+    // Uninstall keeps the CRDs.
+    helm(&["uninstall", "r", "--namespace", &ns], &kc).await;
+    assert_eq!(crds(&client).await, crds_after);
+    let _ = std::fs::remove_dir_all(&dir);
+}
