@@ -93,7 +93,10 @@ impl Drop for OcmHub {
         for c in &self.children {
             c.kill();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // Kept when a test fails: the agents' logs are what explains it.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -270,7 +273,10 @@ impl Drop for OcmCluster {
         for c in &self.children {
             c.kill();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // Kept when a test fails: the agents' logs are what explains it.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
