@@ -2,5 +2,6 @@
 //! agent per cluster as local processes) and, in `tests/`, the cross-crate tests: the Helm chart
 //! with the real helm and apiserver, and the whole loop on the fleet.
 
+pub mod agents;
 pub mod fleet;
 pub mod thanos;

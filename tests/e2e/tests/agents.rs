@@ -22,7 +22,7 @@ use e2e::fleet::binaries;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -35,7 +35,7 @@ use testenv::{ControlPlane, eventually};
 /// Liveness bound for each step (generous: a loaded 2-core machine; measured steps take 1-15 s).
 const DEADLINE: Duration = Duration::from_secs(180);
 const ADDON: &str = ocm_api::wellknown::score::RESOURCE_USAGE_ADDON;
-const INSTALL_NS: &str = "open-cluster-management-agent-addon";
+const INSTALL_NS: &str = e2e::agents::INSTALL_NAMESPACE;
 const HUB_NS: &str = "open-cluster-management-hub";
 const PLACEMENTS: &str = "fleet";
 /// Cluster name and CPU cores (two nodes of half each).
@@ -127,7 +127,9 @@ async fn the_whole_loop_through_upstream_agents() {
         .await
         .expect("a managed cluster");
         eprintln!("{name}: logs in {}", c.log_dir().display());
-        add_nodes(&c.cp.client().expect("spoke client"), name, cores).await;
+        e2e::agents::add_nodes(&c.cp.client().expect("spoke client"), name, cores)
+            .await
+            .expect("nodes");
         clusters.push(c);
     }
     for c in &clusters {
@@ -291,19 +293,7 @@ async fn the_whole_loop_through_upstream_agents() {
             "a fresh Deployment is not rolled out yet, and the rule is no error: {rolled_out}"
         );
         // Play the kubelet and the deployment controller: every replica runs this rendering.
-        let generation = deployment.metadata.generation.unwrap_or(1);
-        let replicas = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.replicas)
-            .unwrap_or(1);
-        Api::<Deployment>::namespaced(spoke.clone(), INSTALL_NS)
-            .patch_status(
-                &deployment.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"observedGeneration": generation, "replicas": replicas,
-                    "updatedReplicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas}})),
-            )
+        e2e::agents::roll_out(&spoke, &deployment)
             .await
             .expect("the Deployment's status");
         let work = eventually(
@@ -362,25 +352,18 @@ async fn the_whole_loop_through_upstream_agents() {
             .expect("approved");
         assert_eq!(approved.status, "True");
         // The identity in the signed certificate: what the apiserver will see.
-        let secret = eventually(
+        let dir = logs.join(format!("hub-kubeconfig-{}", c.name));
+        let kubeconfig = eventually(
             &format!("{ADDON}-hub-kubeconfig on {}", c.name),
             DEADLINE,
             || async {
-                let s = Api::<Secret>::namespaced(spoke.clone(), INSTALL_NS)
-                    .get_opt(&format!("{ADDON}-hub-kubeconfig"))
+                e2e::agents::hub_kubeconfig(&spoke, ADDON, INSTALL_NS, &dir)
                     .await
-                    .ok()??;
-                s.data.as_ref()?.get("kubeconfig")?;
-                Some(s)
+                    .ok()?
             },
         )
         .await;
-        let dir = logs.join(format!("hub-kubeconfig-{}", c.name));
-        std::fs::create_dir_all(&dir).expect("dir");
-        for (k, v) in secret.data.clone().unwrap_or_default() {
-            std::fs::write(dir.join(&k), &v.0).expect("write the secret's file");
-        }
-        let whoami = hub_client_from(&dir.join("kubeconfig")).await;
+        let whoami = hub_client_from(&kubeconfig).await;
         let review = Api::<SelfSubjectReview>::all(whoami)
             .create(&PostParams::default(), &SelfSubjectReview::default())
             .await
@@ -428,7 +411,7 @@ async fn the_whole_loop_through_upstream_agents() {
             &bin_dir.join("resource-usage-agent"),
             &[
                 "run".into(),
-                format!("--hub-kubeconfig={}", dir.join("kubeconfig").display()),
+                format!("--hub-kubeconfig={}", kubeconfig.display()),
                 format!("--kubeconfig={}", spoke_kubeconfig.display()),
                 format!("--cluster-name={}", c.name),
                 format!("--addon-namespace={INSTALL_NS}"),
@@ -571,34 +554,6 @@ async fn hub_client_from(kubeconfig: &Path) -> Client {
             .await
             .expect("a config from the secret's kubeconfig");
     Client::try_from(config).expect("client")
-}
-
-/// Two nodes of `cores / 2` CPUs each on a cluster's own apiserver, Ready.
-async fn add_nodes(spoke: &Client, cluster: &str, cores: u32) {
-    let nodes = Api::<Node>::all(spoke.clone());
-    for i in 0..2 {
-        let cpu = format!("{}", cores.div_ceil(2));
-        let name = format!("{cluster}-n{i}");
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "status": {"allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "500"},
-                       "capacity": {"cpu": cpu, "memory": "64Gi", "pods": "500"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}
-        }))
-        .expect("node");
-        nodes
-            .create(&PostParams::default(), &node)
-            .await
-            .expect("create node");
-        nodes
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": node.status})),
-            )
-            .await
-            .expect("node status");
-    }
 }
 
 /// `pods` pods requesting `millicores` each on the cluster's nodes.
