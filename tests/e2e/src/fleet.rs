@@ -195,6 +195,11 @@ impl Fleet {
         if real {
             eprintln!("starting upstream OCM's hub components (built on first use)...");
             let ocm = OcmHub::start(&fleet.cp).await?;
+            // The agent's hub ClusterRole, installed by the chart and bound per cluster by the
+            // manager: the agents write with their own certificates here, not as the admin.
+            let role = include_str!("../../../charts/ocm-placement/files/agent-hub-rbac.yaml")
+                .replace("{{ADDON}}", ocm_api::wellknown::score::RESOURCE_USAGE_ADDON);
+            testenv::apply_yaml(&client, &role, PLACEMENTS).await?;
             let mut clusters = Vec::new();
             for (cluster, cores) in &opts.clusters {
                 eprintln!("starting cluster {cluster}: its own apiserver and a klusterlet");
