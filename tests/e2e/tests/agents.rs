@@ -115,6 +115,9 @@ async fn the_whole_loop_through_upstream_agents() {
             .expect("setup");
     }
 
+    // Step times go to stderr for the README's figures; nothing asserts them.
+    let start = std::time::Instant::now();
+    let step = |what: &str| eprintln!("{:>6.1} s  {what}", start.elapsed().as_secs_f64());
     // 1. Registration through the real klusterlet.
     let mut clusters = Vec::new();
     for (name, cores) in CLUSTERS {
@@ -172,6 +175,7 @@ async fn the_whole_loop_through_upstream_agents() {
         );
     }
 
+    step("both clusters registered (CSR approved and signed, accepted, available)");
     // 2. Our components, as the chart's identities.
     let manager_rbac = include_str!("../../../charts/ocm-placement/files/manager-rbac.yaml")
         .replace("{{ADDON}}", ADDON)
@@ -323,6 +327,7 @@ async fn the_whole_loop_through_upstream_agents() {
             "system:open-cluster-management:cluster:{}:addon:{ADDON}:agent:{ADDON}-agent",
             c.name
         );
+        step(&format!("{}: work applied, rolled out, feedback", c.name));
         let csr = eventually(&format!("the add-on's CSR of {} signed", c.name), DEADLINE, || async {
             procs.check();
             let list = Api::<CertificateSigningRequest>::all(client.clone())
@@ -376,6 +381,10 @@ async fn the_whole_loop_through_upstream_agents() {
             Some(agent_user)
         );
 
+        step(&format!(
+            "{}: add-on certificate issued, its kubeconfig secret on the cluster",
+            c.name
+        ));
         // ManagedClusterAddOn: registered, and available from the work's feedback.
         eventually(
             &format!("the ManagedClusterAddOn of {} available", c.name),
@@ -431,10 +440,12 @@ async fn the_whole_loop_through_upstream_agents() {
         })
         .await;
     }
+    step("both scores written");
     wait_decisions(&client, "cpu", &["beta"]).await;
     let beta = &clusters[1];
     load(&beta.cp.client().expect("spoke"), "beta", 16, 900).await;
     wait_decisions(&client, "cpu", &["alpha"]).await;
+    step("load moved the decision");
 
     // 5. Disabling the add-on on beta (it leaves the install Placement): its ManifestWork, the
     // objects on the cluster and the agent's hub permission go.
@@ -500,6 +511,7 @@ async fn the_whole_loop_through_upstream_agents() {
             .expect("get")
             .is_some()
     );
+    step("add-on disabled on beta: work, objects and permission gone");
     procs.check();
 }
 

@@ -37,6 +37,8 @@ pub const BOOTSTRAP_GROUP: &str = "system:bootstrappers:managedcluster";
 pub const BOOTSTRAP_USER: &str = "system:bootstrap:testenv";
 /// How long any of these processes may take to come up on a loaded 2-core machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// The add-on webhook's health-probe port, hard-coded in upstream's `webhook-server`.
+const WEBHOOK_PROBE_PORT: u16 = 8000;
 /// The OCM binaries this module runs.
 const OCM_BINARIES: [&str; 3] = ["registration-operator", "registration", "addon"];
 
@@ -153,6 +155,19 @@ impl OcmHub {
         std::fs::create_dir_all(&certs).map_err(Error::io("create the webhook's cert dir"))?;
         write(&certs.join("tls.crt"), &serving.cert_pem)?;
         write(&certs.join("tls.key"), &serving.key_pem)?;
+        // Its health probe listens on :8000, hard-coded upstream: one OcmHub at a time per
+        // machine (a test and `fleet` at once wait here for each other).
+        let started = Instant::now();
+        while std::net::TcpListener::bind(("0.0.0.0", WEBHOOK_PROBE_PORT)).is_err() {
+            if started.elapsed() > READY_TIMEOUT {
+                return Err(Error::NotReady {
+                    what: format!("port {WEBHOOK_PROBE_PORT} to be free"),
+                    seconds: READY_TIMEOUT.as_secs(),
+                    detail: " (OCM's add-on webhook binds it, hard-coded: is another OcmHub running, a test or `fleet`?)".into(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         let port = crate::free_port();
         out.spawn(
             "addon-webhook",
