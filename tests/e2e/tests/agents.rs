@@ -396,8 +396,13 @@ async fn the_whole_loop_through_upstream_agents() {
                     .ok()??;
                 let v = serde_json::to_value(&mca).ok()?;
                 let ok = |t: &str| condition(&v, t).is_some_and(|c| c["status"] == "True");
-                (ok("RegistrationApplied") && ok("ManifestApplied") && ok("Available"))
-                    .then_some(())
+                // ClusterCertificateRotated: set by the real registration agent once the
+                // add-on's certificate is in its secret.
+                (ok("RegistrationApplied")
+                    && ok("ManifestApplied")
+                    && ok("Available")
+                    && ok("ClusterCertificateRotated"))
+                .then_some(())
             },
         )
         .await;
