@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (the README's, and what .ci/run calls). On a fresh machine it
-# builds what the tests need (kube-apiserver and etcd from Go modules, the upstream OCM CRDs,
+# builds what the tests need (kube-apiserver, etcd, kube-controller-manager and OCM's agents from Go modules, the upstream OCM CRDs,
 # Debian's prometheus and libfaketime, helm) into the versioned cache, then checks formatting
 # and lints, then runs every test.
 set -euo pipefail
@@ -28,6 +28,10 @@ tests/helm/build.sh
 echo "helm ready after $((SECONDS - start))s"
 tests/faketime/build.sh
 echo "libfaketime ready after $((SECONDS - start))s"
+# Upstream OCM's klusterlet, hub registration controller and add-on webhook, for the end-to-end
+# test through the real agents (tests/e2e/tests/agents.rs).
+tests/ocm/build.sh registration-operator registration addon >/dev/null
+echo "OCM agents ready after $((SECONDS - start))s"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the real control-plane binaries (kube-apiserver, etcd) from Go modules and unpacks the
+# Builds the real control-plane binaries (kube-apiserver, etcd, kube-controller-manager) from Go modules and unpacks the
 # upstream OCM CRDs, into a versioned cache outside the work tree. Only what is missing is built,
 # so a second run costs nothing. Prints the cache directory on its last line.
 #
@@ -34,6 +34,12 @@ kv=${KUBE_VERSION#v}
 vpkg=k8s.io/component-base/version
 build "$cache/kube-apiserver-$KUBE_VERSION/kube-apiserver" "$here/kube-apiserver" \
   k8s.io/kubernetes/cmd/kube-apiserver \
+  -ldflags "-s -w -X $vpkg.gitVersion=$KUBE_VERSION -X $vpkg.gitMajor=${kv%%.*} -X $vpkg.gitMinor=$(echo "$kv" | cut -d. -f2) -X $vpkg.gitTreeState=clean"
+
+# The CSR signer for the tests with upstream OCM agents (tests/testenv's ocm_agents module): same
+# module and version as kube-apiserver, so it shares that build's compiled packages.
+build "$cache/kube-controller-manager-$KUBE_VERSION/kube-controller-manager" "$here/kube-apiserver" \
+  k8s.io/kubernetes/cmd/kube-controller-manager \
   -ldflags "-s -w -X $vpkg.gitVersion=$KUBE_VERSION -X $vpkg.gitMajor=${kv%%.*} -X $vpkg.gitMinor=$(echo "$kv" | cut -d. -f2) -X $vpkg.gitTreeState=clean"
 
 crds="$cache/ocm-api-$OCM_API_VERSION/crds"

@@ -28,6 +28,9 @@ mkdir -p "$dir"
   echo "go 1.24"
   echo
   echo "tool k8s.io/kubernetes/cmd/kube-apiserver"
+  # The CSR signer on the hub (klusterlet and add-on client certificates) and namespace/GC
+  # controllers on managed clusters, for the tests with upstream OCM agents.
+  echo "tool k8s.io/kubernetes/cmd/kube-controller-manager"
   echo
   echo "require k8s.io/kubernetes ${KUBE_VERSION}"
   echo

@@ -5,6 +5,12 @@ go 1.25.0
 
 tool open-cluster-management.io/ocm/cmd/placement
 
+tool open-cluster-management.io/ocm/cmd/registration-operator
+
+tool open-cluster-management.io/ocm/cmd/registration
+
+tool open-cluster-management.io/ocm/cmd/addon
+
 require (
 	cel.dev/expr v0.24.0 // indirect
 	cloud.google.com/go v0.121.6 // indirect
@@ -165,6 +171,7 @@ require (
 	open-cluster-management.io/api v1.2.0 // indirect
 	open-cluster-management.io/ocm v1.2.0 // indirect
 	open-cluster-management.io/sdk-go v1.2.0 // indirect
+	sigs.k8s.io/about-api v0.0.0-20250131010323-518069c31c03 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.31.2 // indirect
 	sigs.k8s.io/cluster-inventory-api v0.0.0-20251124125836-445319b6307a // indirect
 	sigs.k8s.io/controller-runtime v0.22.4 // indirect

@@ -8,7 +8,8 @@
 //! identity. Here `spec.request` is accepted only in a form on which every reader agrees:
 //! exactly one `CERTIFICATE REQUEST` block, nothing but whitespace around it, no headers, only
 //! base64 in its body, a DER request that is consumed entirely and whose self-signature
-//! verifies, a subject of common name and organizations only, no attributes or extensions.
+//! verifies, a subject of common name and organizations only, no attributes or extensions but
+//! DNS subject alternative names (upstream's agent asks for `<addon>.addon.open-cluster-management.io`).
 //! `tests/csr-vectors/` holds what Go reads from such inputs; the tests below hold us to it.
 
 use std::collections::{BTreeSet, HashMap};
@@ -57,7 +58,9 @@ pub enum RequestError {
     StringType,
     #[error("the subject has {0} common names, not one")]
     CommonNames(usize),
-    #[error("the request carries attributes or extensions; the agent asks for none")]
+    #[error(
+        "the request carries attributes or extensions other than DNS subject alternative names; the agent asks for none"
+    )]
     Attributes,
 }
 
@@ -157,7 +160,7 @@ pub fn parse_request(pem: &[u8]) -> Result<Subject, RequestError> {
     req.verify_signature()
         .map_err(|e| RequestError::Signature(e.to_string()))?;
     let info = &req.certification_request_info;
-    if !info.attributes().is_empty() {
+    if !info.attributes().iter().all(only_dns_names) {
         return Err(RequestError::Attributes);
     }
     let mut cns = Vec::new();
@@ -187,6 +190,33 @@ pub fn parse_request(pem: &[u8]) -> Result<Subject, RequestError> {
         }),
         Err(cns) => Err(RequestError::CommonNames(cns.len())),
     }
+}
+
+/// An attribute upstream's registration agent puts in every add-on request: an extension
+/// request whose only extension is a subjectAltName of DNS names
+/// (`<addon>.addon.open-cluster-management.io`). Harmless to the identity: kube-apiserver
+/// authenticates a client certificate by its subject alone.
+fn only_dns_names(attribute: &x509_parser::cri_attributes::X509CriAttribute<'_>) -> bool {
+    use x509_parser::cri_attributes::ParsedCriAttribute;
+    use x509_parser::extensions::{GeneralName, ParsedExtension};
+    let ParsedCriAttribute::ExtensionRequest(request) = attribute.parsed_attribute() else {
+        return false;
+    };
+    !request.extensions.is_empty()
+        && request
+            .extensions
+            .iter()
+            .all(|e| match e.parsed_extension() {
+                ParsedExtension::SubjectAlternativeName(san) => {
+                    !e.critical
+                        && !san.general_names.is_empty()
+                        && san
+                            .general_names
+                            .iter()
+                            .all(|n| matches!(n, GeneralName::DNSName(_)))
+                }
+                _ => false,
+            })
 }
 
 /// `spec.usages` is client auth, with at most the key usages upstream adds, each once.
@@ -738,6 +768,45 @@ mod tests {
             parse_request(&pem_of(&with_attributes)),
             Err(RequestError::Attributes)
         );
+        // What upstream's registration agent sends (Go's x509.CreateCertificateRequest with
+        // DNSNames): an extensionRequest with a subjectAltName of one DNS name. Accepted; an IP
+        // address in it is not.
+        let dns = extension_request(&[0x82, 0x01, b'a']);
+        assert_eq!(
+            parse_request(&pem_of(&request(&[(CN, "user"), (O, "g")], &dns))),
+            Ok(Subject {
+                common_name: "user".into(),
+                organizations: vec!["g".into()],
+            })
+        );
+        let ip = extension_request(&[0x87, 0x04, 127, 0, 0, 1]);
+        assert_eq!(
+            parse_request(&pem_of(&request(&[(CN, "user")], &ip))),
+            Err(RequestError::Attributes)
+        );
+    }
+
+    /// The DER of an extensionRequest attribute (PKCS#9) holding one subjectAltName extension
+    /// whose GeneralNames content is `names` (each a tagged name, short lengths only).
+    fn extension_request(names: &[u8]) -> Vec<u8> {
+        fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+            let mut out = vec![tag, u8::try_from(content.len()).unwrap()];
+            out.extend_from_slice(content);
+            out
+        }
+        let san_oid = [0x06, 0x03, 0x55, 0x1d, 0x11];
+        let extension = tlv(
+            0x30,
+            &[&san_oid[..], &tlv(0x04, &tlv(0x30, names))].concat(),
+        );
+        let extensions = tlv(0x30, &extension);
+        let pkcs9_extension_request = [
+            0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e,
+        ];
+        tlv(
+            0x30,
+            &[&pkcs9_extension_request[..], &tlv(0x31, &extensions)].concat(),
+        )
     }
 
     #[test]

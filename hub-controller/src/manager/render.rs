@@ -192,11 +192,14 @@ fn stamp(mut spec: ManifestWorkSpec, hash: &str) -> ManifestWorkSpec {
             c.condition_rules = vec![ConditionRule {
                 condition: ROLLED_OUT.to_owned(),
                 type_: "CEL".to_owned(),
+                // Every field the object may lack is guarded (has(), `in`): the work agent
+                // reports an unguarded missing field as ConditionRuleExpressionError, and a
+                // fresh Deployment has no status fields yet (not rolled out, not an error).
                 cel_expressions: vec![
                     format!(
-                        "has(object.metadata.annotations) && object.metadata.annotations['{RENDERING_HASH}'] == '{hash}'"
+                        "has(object.metadata.annotations) && '{RENDERING_HASH}' in object.metadata.annotations && object.metadata.annotations['{RENDERING_HASH}'] == '{hash}'"
                     ),
-                    "object.metadata.generation == object.status.observedGeneration".to_owned(),
+                    "has(object.status.observedGeneration) && object.metadata.generation == object.status.observedGeneration".to_owned(),
                     "(has(object.status.updatedReplicas) ? object.status.updatedReplicas : 0) == object.spec.replicas".to_owned(),
                     "(has(object.status.replicas) ? object.status.replicas : 0) == object.spec.replicas".to_owned(),
                     "object.spec.replicas == 0 || (has(object.status.availableReplicas) && object.status.availableReplicas >= 1)".to_owned(),

@@ -2,18 +2,25 @@
 //! with the upstream OCM CRDs) whose apiserver also plays every managed cluster (each cluster's
 //! synthetic nodes carry its name in a label, and its agent counts only those), the placement
 //! scheduler, the add-on manager and one resource-usage agent per cluster as local processes.
-//! What the `fleet` binary runs, and what the end-to-end test drives.
+//! What the `fleet --simulated` binary runs, and what the end-to-end tests drive (cheap: a few
+//! MB per cluster, so the outage and Thanos drills run three clusters).
+//!
+//! [`Fleet::start_real`] instead gives each cluster its own apiserver and upstream OCM's real
+//! klusterlet (`testenv::ocm_agents`): registration, the ManifestWork and the add-on's
+//! certificate all go through the real agents. What the `fleet` binary runs by default.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use ocm_api::{AddOnPlacementScore, ManagedCluster, PlacementDecision};
 use serde_json::{Value, json};
 use testenv::ControlPlane;
+use testenv::ocm_agents::{OcmCluster, OcmHub};
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -50,7 +57,20 @@ pub struct Fleet {
     pub clusters: Vec<String>,
     children: Vec<(String, Child)>,
     dir: PathBuf,
+    /// Upstream's agents and each cluster's own control plane ([`Fleet::start_real`]).
+    real: Option<Real>,
 }
+
+/// The managed-cluster side of [`Fleet::start_real`].
+struct Real {
+    /// Declared first: dropped (killed) before the clusters they talk to.
+    clusters: Vec<OcmCluster>,
+    #[allow(dead_code)] // held for its processes
+    ocm: OcmHub,
+}
+
+/// How long the real agents may take for one step (registration, the add-on's certificate).
+const REAL_STEP: Duration = Duration::from_secs(300);
 
 impl Drop for Fleet {
     fn drop(&mut self) {
@@ -122,9 +142,30 @@ impl Fleet {
         Ok(fleet)
     }
 
+    /// The fleet through upstream OCM's own agents: each cluster has its own apiserver and a
+    /// real klusterlet that registers it with the hub; the add-on manager ships the agent
+    /// through a ManifestWork that the real work agent applies; the agent runs with the hub
+    /// credentials the real registration agent obtained (`<addon>-hub-kubeconfig`), as the
+    /// kubelet would run it. The add-on installs on every cluster (Placement `all`). About
+    /// 400 MB per cluster; OCM's binaries are built on first use (several minutes, once).
+    pub async fn start_real(opts: &Options) -> Result<Fleet, Error> {
+        let mut fleet = Self::start_hub(opts, true).await?;
+        fleet
+            .placement("all", json!({"clusterSets": ["fleet"]}))
+            .await?;
+        fleet.install_addon("all").await?;
+        fleet.spawn_real_agents(opts).await?;
+        Ok(fleet)
+    }
+
     /// The hub, the clusters, the scheduler and the add-on manager, but no agent: for a hub
     /// scorer to write the scores instead ([`crate::thanos`]).
     pub async fn start_without_agents(opts: &Options) -> Result<Fleet, Error> {
+        Self::start_hub(opts, false).await
+    }
+
+    /// The hub, the clusters (simulated on the hub, or `real`), the scheduler and the manager.
+    async fn start_hub(opts: &Options, real: bool) -> Result<Fleet, Error> {
         let cp = ControlPlane::start(testenv::Options::default().with_upstream_crds()).await?;
         let client = cp.client()?;
         let dir = std::env::temp_dir().join(format!("ocm-fleet-{}", std::process::id()));
@@ -138,6 +179,7 @@ impl Fleet {
             clusters: opts.clusters.iter().map(|(c, _)| c.clone()).collect(),
             children: Vec::new(),
             dir,
+            real: None,
         };
 
         // The cluster set, its binding and the Placements' namespace.
@@ -150,8 +192,34 @@ impl Fleet {
             "metadata": {"name": "fleet"}, "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}})).await?;
         create(&client, json!({"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSetBinding",
             "metadata": {"name": "fleet", "namespace": PLACEMENTS}, "spec": {"clusterSet": "fleet"}})).await?;
-        for (cluster, cores) in &opts.clusters {
-            fleet.register(cluster, *cores).await?;
+        if real {
+            eprintln!("starting upstream OCM's hub components (built on first use)...");
+            let ocm = OcmHub::start(&fleet.cp).await?;
+            // The agent's hub ClusterRole, installed by the chart and bound per cluster by the
+            // manager: the agents write with their own certificates here, not as the admin.
+            let role = include_str!("../../../charts/ocm-placement/files/agent-hub-rbac.yaml")
+                .replace("{{ADDON}}", ocm_api::wellknown::score::RESOURCE_USAGE_ADDON);
+            testenv::apply_yaml(&client, &role, PLACEMENTS).await?;
+            let mut clusters = Vec::new();
+            for (cluster, cores) in &opts.clusters {
+                eprintln!("starting cluster {cluster}: its own apiserver and a klusterlet");
+                let c = OcmCluster::start(
+                    &fleet.cp,
+                    &ocm,
+                    cluster,
+                    json!({"cluster.open-cluster-management.io/clusterset": "fleet"}),
+                )
+                .await?;
+                let spoke = c.cp.client()?;
+                crate::agents::add_nodes(&spoke, cluster, *cores).await?;
+                create(&spoke, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("load-{cluster}")}})).await?;
+                clusters.push(c);
+            }
+            fleet.real = Some(Real { clusters, ocm });
+        } else {
+            for (cluster, cores) in &opts.clusters {
+                fleet.register(cluster, *cores).await?;
+            }
         }
 
         if opts.leader_elect {
@@ -229,6 +297,86 @@ impl Fleet {
             )?;
         }
         Ok(())
+    }
+
+    /// Per real cluster: once the work agent has applied the agent's Deployment, plays the
+    /// kubelet (rolled-out status), and once the registration agent has its hub credentials,
+    /// runs the agent with them, as the Deployment's service account on the cluster.
+    async fn spawn_real_agents(&mut self, opts: &Options) -> Result<(), Error> {
+        let addon = ocm_api::wellknown::score::RESOURCE_USAGE_ADDON;
+        let ns = crate::agents::INSTALL_NAMESPACE;
+        let name = crate::agents::agent_name(addon);
+        let biggest = opts
+            .clusters
+            .iter()
+            .map(|(_, c)| *c)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let mut agents = Vec::new();
+        for c in self
+            .real
+            .as_ref()
+            .map(|r| r.clusters.as_slice())
+            .unwrap_or_default()
+        {
+            let spoke = c.cp.client()?;
+            let deployments = Api::<Deployment>::namespaced(spoke.clone(), ns);
+            let deployment = poll(&format!("the agent's Deployment on {}", c.name), || async {
+                c.check()?;
+                Ok(deployments.get_opt(&name).await?)
+            })
+            .await?;
+            crate::agents::roll_out(&spoke, &deployment).await?;
+            let dir = self.dir.join(format!("hub-kubeconfig-{}", c.name));
+            let hub_kubeconfig = poll(
+                &format!("the add-on's hub credentials on {}", c.name),
+                || crate::agents::hub_kubeconfig(&spoke, addon, ns, &dir),
+            )
+            .await?;
+            let spoke_kubeconfig = self.dir.join(format!("spoke-{}.kubeconfig", c.name));
+            std::fs::write(
+                &spoke_kubeconfig,
+                c.cp.kubeconfig_as_service_account(ns, &name),
+            )?;
+            eprintln!(
+                "cluster {}: the add-on's certificate issued; starting its agent",
+                c.name
+            );
+            agents.push((c.name.clone(), hub_kubeconfig, spoke_kubeconfig));
+        }
+        for (cluster, hub_kubeconfig, spoke_kubeconfig) in agents {
+            self.spawn(
+                &format!("agent-{cluster}"),
+                &opts.bin_dir.join("resource-usage-agent"),
+                &[
+                    "run",
+                    &format!("--hub-kubeconfig={}", hub_kubeconfig.display()),
+                    &format!("--kubeconfig={}", spoke_kubeconfig.display()),
+                    &format!("--cluster-name={cluster}"),
+                    &format!("--addon-namespace={ns}"),
+                    &format!("--cpu-range=0:{biggest}"),
+                    &format!("--refresh-period={}ms", opts.refresh.as_millis()),
+                    &format!("--debounce={}ms", opts.debounce.as_millis()),
+                    "--metrics-bind-address=127.0.0.1:0",
+                ],
+                &opts.log_dir,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The client of the apiserver where `cluster`'s nodes and pods are: its own when real,
+    /// else the hub's.
+    fn cluster_client(&self, cluster: &str) -> Result<Client, Error> {
+        match self
+            .real
+            .as_ref()
+            .and_then(|r| r.clusters.iter().find(|c| c.name == cluster))
+        {
+            Some(c) => Ok(c.cp.client()?),
+            None => Ok(self.client.clone()),
+        }
     }
 
     /// Starts the metrics-backed hub scorer (`resource-usage-hub scorer`) against
@@ -330,6 +478,11 @@ impl Fleet {
 
     /// Fails when a process has exited.
     pub fn check(&mut self) -> Result<(), Error> {
+        if let Some(real) = &self.real {
+            for c in &real.clusters {
+                c.check()?;
+            }
+        }
         for (name, c) in &mut self.children {
             if let Some(s) = c.try_wait()? {
                 return Err(format!("{name} exited: {s}").into());
@@ -398,7 +551,7 @@ impl Fleet {
 
     /// A burst of `pods` pods requesting `millicores` each on `cluster`'s nodes.
     pub async fn load(&self, cluster: &str, pods: usize, millicores: u32) -> Result<(), Error> {
-        let api = Api::<Pod>::namespaced(self.client.clone(), &format!("load-{cluster}"));
+        let api = Api::<Pod>::namespaced(self.cluster_client(cluster)?, &format!("load-{cluster}"));
         let existing = api.list(&ListParams::default()).await?.items.len();
         for i in 0..pods {
             let pod: Pod = serde_json::from_value(json!({
@@ -414,7 +567,7 @@ impl Fleet {
 
     /// Removes the load of `cluster`.
     pub async fn unload(&self, cluster: &str) -> Result<(), Error> {
-        let api = Api::<Pod>::namespaced(self.client.clone(), &format!("load-{cluster}"));
+        let api = Api::<Pod>::namespaced(self.cluster_client(cluster)?, &format!("load-{cluster}"));
         for p in api.list(&ListParams::default()).await?.items {
             api.delete(&p.name_any(), &DeleteParams::default().grace_period(0))
                 .await?;
@@ -435,6 +588,24 @@ impl Fleet {
             )
             .await?;
         Ok(())
+    }
+}
+
+/// Polls `f` every 500 ms until it yields a value, for at most [`REAL_STEP`].
+async fn poll<T, F, Fut>(what: &str, mut f: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, Error>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if start.elapsed() > REAL_STEP {
+            return Err(format!("timed out after {REAL_STEP:?} waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

@@ -3,6 +3,7 @@
 //! with the real helm and apiserver, and the whole loop on the fleet; the chart README's values
 //! table (`chart-readme`).
 
+pub mod agents;
 pub mod chart;
 pub mod chart_readme;
 pub mod fleet;

@@ -488,6 +488,14 @@ impl ControlPlane {
         self.inner.client_ca.issue(user, groups, valid_for)
     }
 
+    /// Writes the client CA's certificate and private key (PEM) to `cert` and `key` (the key
+    /// mode 0600): for a signer whose certificates this apiserver accepts (kube-controller-manager
+    /// signing CSRs for `kubernetes.io/kube-apiserver-client`).
+    pub fn write_client_ca(&self, cert: &Path, key: &Path) -> Result<(), Error> {
+        write_atomic(cert, self.inner.client_ca.cert_pem(), 0o644)?;
+        write_atomic(key, &self.inner.client_ca.key_pem(), 0o600)
+    }
+
     /// Writes `dir/tls.key`, `dir/tls.crt` and `dir/kubeconfig` as a mounted
     /// `<addon>-hub-kubeconfig` secret has them: the kubeconfig names the certificate and key by
     /// relative paths and embeds the serving CA. Returns the kubeconfig's path.

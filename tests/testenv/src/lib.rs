@@ -21,6 +21,7 @@ pub mod apply;
 pub mod crds;
 pub mod helm;
 pub mod http;
+pub mod ocm_agents;
 pub mod paths;
 pub mod process;
 pub mod procfs;

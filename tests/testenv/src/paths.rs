@@ -87,3 +87,30 @@ pub(crate) fn sweep(root: &std::path::Path) {
         }
     }
 }
+
+/// `kube-controller-manager` (override: `TESTENV_KUBE_CONTROLLER_MANAGER`), built by
+/// `tests/control-plane/build.sh` beside kube-apiserver.
+pub fn kube_controller_manager() -> PathBuf {
+    versioned(
+        "KUBE_VERSION",
+        "kube-controller-manager",
+        "kube-controller-manager",
+        "TESTENV_KUBE_CONTROLLER_MANAGER",
+    )
+}
+
+/// One of upstream OCM's binaries (`registration-operator`, `registration`, `addon`), built by
+/// `tests/ocm/build.sh` into `<cache>/ocm-$OCM_VERSION/` (override: `TESTENV_OCM_BIN_DIR`, the
+/// directory holding them).
+pub fn ocm_binary(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("TESTENV_OCM_BIN_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
+    let root = cache_root();
+    let base = root.parent().map(PathBuf::from).unwrap_or(root);
+    base.join(format!(
+        "ocm-{}",
+        version("OCM_VERSION").unwrap_or("unknown")
+    ))
+    .join(name)
+}

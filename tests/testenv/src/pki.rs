@@ -83,6 +83,12 @@ impl ClientCa {
         &self.cert_pem
     }
 
+    /// The CA's private key (PKCS#8 PEM), for a signer that issues client certificates the
+    /// apiserver accepts (kube-controller-manager's CSR signer).
+    pub(crate) fn key_pem(&self) -> String {
+        self.key.serialize_pem()
+    }
+
     /// A client certificate for `user` in `groups`, valid from a minute ago (clock skew) for
     /// `valid_for`.
     ///
@@ -141,6 +147,39 @@ impl ClientCa {
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+/// A serving certificate for `127.0.0.1` and `localhost`, signed by a fresh CA: what a webhook
+/// on loopback serves, and the CA the apiserver must trust for it (its `caBundle`).
+pub(crate) struct ServingCertificate {
+    pub(crate) ca_pem: String,
+    pub(crate) cert_pem: String,
+    pub(crate) key_pem: String,
+}
+
+pub(crate) fn serving_certificate() -> Result<ServingCertificate, Error> {
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "testenv-serving-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_pem = ca.self_signed(&ca_key)?.pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    leaf.distinguished_name
+        .push(DnType::CommonName, "127.0.0.1");
+    leaf.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let cert_pem = leaf.signed_by(&key, &issuer)?.pem();
+    Ok(ServingCertificate {
+        ca_pem,
+        cert_pem,
+        key_pem: key.serialize_pem(),
+    })
 }
 
 /// A PKCS#10 certificate request (PEM) for `user` in `groups` (one subject `O` per group, as
