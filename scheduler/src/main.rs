@@ -429,9 +429,7 @@ async fn controller_cmd(
     // renewals never queue behind its own writes (client-go's controllers do the same).
     let elector_client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
     let lease = upstream::lease_name(invocation);
-    let leadership = args
-        .leader
-        .start(elector_client, lease, shutdown.clone())?;
+    let leadership = args.leader.start(elector_client, lease, shutdown.clone())?;
     leader_gauge.follow(lease, leadership.clone());
     let writes =
         ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
