@@ -102,9 +102,10 @@ done < <(compgen -e)
 cargo=${CARGO:-cargo}
 target=$("${RUSTC:-rustc}" -vV | sed -n 's/^host: //p')
 [[ $target == *-linux-gnu ]] || die "the host target $target is not a *-linux-gnu target (+crt-static needs glibc's static libraries)"
+# All three, even with --only: one feature set for every build, so each is a no-op after any.
 pkgs=()
-for n in "${names[@]}"; do pkgs+=(-p "$n" --bin "$n"); done
-log "cargo build --release --target $target (static): ${names[*]}"
+for n in "${all[@]}"; do pkgs+=(-p "$n" --bin "$n"); done
+log "cargo build --release --target $target (static)"
 (cd "$root" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_STRIP=symbols \
   "$cargo" build --release --locked --target "$target" "${pkgs[@]}") \
   || die "cargo build failed"
@@ -132,6 +133,7 @@ for n in "${names[@]}"; do
   if [ "$have" = "$inputs" ]; then
     log "$ref: unchanged (cached)"
   else
+    old=$(bah images --noheading --no-trunc --format '{{.ID}}' "$ref" 2>/dev/null || true)
     same=$(bah images --noheading --no-trunc --format '{{.ID}}' --filter "label=$label=$inputs" 2>/dev/null | head -n1 || true)
     if [ -n "$same" ]; then
       # The same image under another name (another registry): name it, no build.
@@ -139,7 +141,6 @@ for n in "${names[@]}"; do
       bah tag "$same" "$ref" >/dev/null
     else
       log "building $ref"
-      old=$(bah images --noheading --no-trunc --format '{{.ID}}' "$ref" 2>/dev/null || true)
       ctx=$cache/context/$n
       rm -rf "$ctx"
       mkdir -p "$ctx"
@@ -151,13 +152,13 @@ for n in "${names[@]}"; do
         --label "$label=$inputs" -t "$ref" "$ctx" >/dev/null \
         || die "buildah build $ref failed"
       rm -rf "$ctx"
-      # The image this one replaces (rmi refuses while another name has it) and the stage
-      # image buildah keeps: vfs stores every layer in full.
-      [ -z "$old" ] || bah rmi "$old" >/dev/null 2>&1 || true
+      # The stage images buildah keeps: vfs stores every layer in full.
       bah images --noheading --no-trunc --format '{{.ID}}' --filter dangling=true \
         --filter label=io.ocm-placement.stage=binaries 2>/dev/null \
         | while read -r id; do bah rmi "$id" >/dev/null 2>&1 || true; done
     fi
+    # The image this name had (rmi refuses while another name has it).
+    [ -z "$old" ] || bah rmi "$old" >/dev/null 2>&1 || true
   fi
   if [ -n "$push" ]; then
     log "pushing $ref"
@@ -167,5 +168,5 @@ done
 
 log "images ready after $((SECONDS - start))s"
 for n in "${names[@]}"; do
-  bah images --noheading --format "{{.Name}}:{{.Tag}} {{.Size}}" "$registry/$n:$tag"
+  echo "$registry/$n:$tag $(bah images --noheading --format '{{.Size}}' "$registry/$n:$tag" | head -n1)"
 done

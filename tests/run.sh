@@ -28,6 +28,9 @@ tests/helm/build.sh
 echo "helm ready after $((SECONDS - start))s"
 tests/faketime/build.sh
 echo "libfaketime ready after $((SECONDS - start))s"
+# The images (buildah; a release build), built once here: tests/e2e/tests/images.rs re-uses them.
+images/build.sh
+echo "images ready after $((SECONDS - start))s"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
