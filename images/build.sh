@@ -36,8 +36,9 @@ chart=$root/charts/ocm-placement
 registry=$(sed -n '/^image:/,/^[^ #]/ s/^  registry: *\([^ #]*\).*/\1/p' "$chart/values.yaml")
 tag=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$chart/Chart.yaml")
 licenses=$(sed -n 's/^license = "\(.*\)"/\1/p' "$root/Cargo.toml")
-[ -n "$registry" ] && [ -n "$tag" ] && [ -n "$licenses" ] \
-  || die "cannot read image.registry, appVersion or the licence from the chart and Cargo.toml"
+if [ -z "$registry" ] || [ -z "$tag" ] || [ -z "$licenses" ]; then
+  die "cannot read image.registry, appVersion or the licence from the chart and Cargo.toml"
+fi
 
 push=
 only=()
@@ -117,7 +118,8 @@ mkdir -p "$cache"
 # Debian's CA bundle: the certificates of the ca-certificates package, not the machine's own
 # additions in /etc/ssl/certs.
 certs=$cache/ca-certificates.crt
-cat $(LC_ALL=C ls /usr/share/ca-certificates/mozilla/*.crt) >"$certs.tmp.$$"
+# In byte order, whatever the locale: the same bundle, the same image.
+(LC_ALL=C; cat /usr/share/ca-certificates/mozilla/*.crt) >"$certs.tmp.$$"
 mv -f "$certs.tmp.$$" "$certs"
 grep -q 'BEGIN CERTIFICATE' "$certs" || die "no certificate in /usr/share/ca-certificates/mozilla"
 
