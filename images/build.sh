@@ -11,6 +11,8 @@
 #                                        build, name for that registry and push there
 #                                        (log in first: buildah login registry.example.com);
 #                                        then: helm install ... --set image.registry=registry.example.com/me
+#                                        (a plain-HTTP registry: insecure = true for it in
+#                                        registries.conf, e.g. through CONTAINERS_REGISTRIES_CONF)
 #   images/build.sh --only resource-usage-agent --tag dev
 #   images/build.sh --list               print the image names, build nothing
 #
