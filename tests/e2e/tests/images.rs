@@ -148,6 +148,8 @@ fn the_chart_names_the_images_the_script_tags() {
             "--namespace",
             "hub",
             "--set",
+            "scheduler.enabled=true",
+            "--set",
             "scorer.enabled=true",
             "--set",
             "scorer.prometheusURL=http://prometheus:9090",
