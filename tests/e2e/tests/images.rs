@@ -246,6 +246,24 @@ fn the_images_are_minimal_non_root_and_labelled() {
             ],
             "{image}"
         );
+
+        // What OCM's cluster-manager runs when the ClusterManager's placement image is this
+        // one: the entrypoint with its Deployment's args, `/placement controller ...`.
+        if *name == "placement-scheduler" {
+            let entrypoint = format!("/usr/local/bin/{name}");
+            let help = buildah(&[
+                "run",
+                "--isolation",
+                "chroot",
+                &c.0,
+                "--",
+                &entrypoint,
+                "/placement",
+                "controller",
+                "--help",
+            ]);
+            assert!(help.contains("Usage: placement controller"), "{help}");
+        }
     }
 }
 
