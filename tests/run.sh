@@ -32,6 +32,9 @@ echo "libfaketime ready after $((SECONDS - start))s"
 # test through the real agents (tests/e2e/tests/agents.rs).
 tests/ocm/build.sh registration-operator registration addon >/dev/null
 echo "OCM agents ready after $((SECONDS - start))s"
+# The images (buildah; a release build), built once here: tests/e2e/tests/images.rs re-uses them.
+images/build.sh
+echo "images ready after $((SECONDS - start))s"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -11,7 +11,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
-{{/* An image: (list $ "<name>") */}}
+{{/* An image: (list $ "<name>") -> <registry>/<name>:<tag>, the names images/build.sh tags
+     (tests/e2e/tests/images.rs checks they agree). */}}
 {{- define "ocm-placement.image" -}}
 {{- $root := index . 0 -}}
 {{ printf "%s/%s:%s" $root.Values.image.registry (index . 1) (include "ocm-placement.tag" $root) }}
