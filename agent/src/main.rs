@@ -203,6 +203,7 @@ impl SourceArgs {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    ocm_runtime::memory::limit_arenas();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run(*args).await,

@@ -200,6 +200,7 @@ struct ManagerArgs {
 }
 
 fn main() -> ExitCode {
+    ocm_runtime::memory::limit_arenas();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Manager(args) => tokio::runtime::Builder::new_multi_thread()

@@ -55,6 +55,7 @@ pub mod http;
 pub mod leader;
 pub mod leader_gauge;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod shutdown;
 pub mod tls;

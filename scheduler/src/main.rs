@@ -223,6 +223,7 @@ struct ControllerArgs {
 }
 
 fn main() -> ExitCode {
+    ocm_runtime::memory::limit_arenas();
     let (invocation, args) = upstream::invocation(std::env::args_os().collect());
     let name = invocation.display_name();
     let matches = Cli::command()
