@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use ocm_api::{AddOnPlacementScore, ManagedCluster, PlacementDecision};
@@ -418,34 +418,7 @@ impl Fleet {
         create(c, json!({"apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
             "metadata": {"name": cluster, "labels": {"cluster.open-cluster-management.io/clusterset": "fleet"}},
             "spec": {"hubAcceptsClient": true}})).await?;
-        let nodes = Api::<Node>::all(c.clone());
-        for i in 0..2 {
-            let cpu = format!("{}", cores.div_ceil(2));
-            let name = format!("{cluster}-n{i}");
-            let node: Node = serde_json::from_value(json!({
-                "metadata": {"name": name, "labels": {CLUSTER_LABEL: cluster}},
-                "status": {"allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "500"},
-                           "capacity": {"cpu": cpu, "memory": "64Gi", "pods": "500"},
-                           "conditions": [{"type": "Ready", "status": "True"}]}
-            }))?;
-            nodes.create(&PostParams::default(), &node).await?;
-            // Play kubelet: the status a create drops, and no not-ready taint.
-            nodes
-                .patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": node.status})),
-                )
-                .await?;
-            nodes
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"taints": []}})),
-                )
-                .await?;
-        }
-        Ok(())
+        crate::agents::add_nodes(c, cluster, cores).await
     }
 
     fn spawn(&mut self, name: &str, bin: &Path, args: &[&str], logs: &Path) -> Result<(), Error> {
