@@ -13,9 +13,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use kube::api::{Api, ListParams};
 use kube::config::Kubeconfig;
-use kube::{Client, ResourceExt};
 use ocm_api::work::v1::ManifestWork;
 use ocm_api::{AddOnPlacementScore, PlacementDecision};
 use serde_json::{Value, json};
@@ -415,7 +415,7 @@ async fn each_binary_runs_in_its_image_against_the_hub() {
         .await
         .expect("namespace");
     let set = format!("{ns}-set");
-    let label = "images.ocm-placement.io/cluster";
+    let label = e2e::fleet::CLUSTER_LABEL;
     apply(&client, json!({"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSet",
         "metadata": {"name": set}, "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}}), &ns).await;
     apply(&client, json!({"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSetBinding",
@@ -423,35 +423,10 @@ async fn each_binary_runs_in_its_image_against_the_hub() {
     apply(&client, json!({"apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
         "metadata": {"name": cluster, "labels": {"cluster.open-cluster-management.io/clusterset": set}},
         "spec": {"hubAcceptsClient": true}}), &ns).await;
-    let nodes = Api::<Node>::all(client.clone());
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": format!("{cluster}-n0"), "labels": {label: cluster}},
-        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                   "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                   "conditions": [{"type": "Ready", "status": "True"}]}
-    }))
-    .expect("node");
-    nodes
-        .create(&PostParams::default(), &node)
+    // 8 free cores over two nodes carrying the cluster label, as the fleet makes them.
+    e2e::agents::add_nodes(&client, &cluster, 8)
         .await
-        .expect("node");
-    nodes
-        .patch_status(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": node.status})),
-        )
-        .await
-        .expect("node status");
-    // Play the node controller: no not-ready taint (admission adds one at create).
-    nodes
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": []}})),
-        )
-        .await
-        .expect("node taints");
+        .expect("nodes");
     let agent_ns = format!("{cluster}-agent");
     apply(
         &client,
@@ -559,6 +534,11 @@ async fn each_binary_runs_in_its_image_against_the_hub() {
         r.check();
     }
     drop(running);
-    let _ = nodes.delete(&node.name_any(), &Default::default()).await;
+    let _ = Api::<Node>::all(client.clone())
+        .delete_collection(
+            &Default::default(),
+            &ListParams::default().labels(&format!("{label}={cluster}")),
+        )
+        .await;
     let _ = std::fs::remove_dir_all(&dir);
 }
