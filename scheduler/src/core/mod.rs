@@ -562,7 +562,15 @@ pub fn schedule_with(
         })
         .collect();
 
-    // Score visibility: score-only changes wait out `scoreRateLimit` after the last score write.
+    // Score visibility: score-only changes wait out `scoreRateLimit` after the window's start.
+    // `lastScoreUpdateTime` marks when the current window began: the first score write after
+    // the previous window ended. A change of the selected set inside a window writes fresh
+    // scores without moving it, so a placement that moves often does not also rewrite its
+    // Placement status each time (score-only writes still come at most once a window). The
+    // ScoreUpdate event follows the same limit: it is said outside a window only, so a
+    // placement that moves many times a minute says DecisionUpdate for each move (one event
+    // series) and its scores once a window, not one new Event object per move.
+    let mut say_scores = true;
     let mut requeue_at = s.requeue_at;
     let previous_status = placement.status.clone().unwrap_or_default();
     let mut last_score_update = previous_status.last_score_update_time.clone();
@@ -585,6 +593,7 @@ pub fn schedule_with(
             .as_ref()
             .and_then(|t| t.0.checked_add(limit).ok())
             .filter(|end| now < *end);
+        say_scores = window_end.is_none();
         match window_end {
             Some(end) if same_selection && scores_changed => {
                 for d in &mut decisions {
@@ -605,8 +614,11 @@ pub fn schedule_with(
                 }
                 requeue_at = earliest(requeue_at, Some(end));
             }
-            _ if scores_changed => last_score_update = Some(Time(now)),
-            _ => {}
+            // Inside the window: the selection changed, so the fresh scores go out, but the
+            // window keeps its start.
+            Some(_) => {}
+            None if scores_changed => last_score_update = Some(Time(now)),
+            None => {}
         }
     }
 
@@ -616,7 +628,8 @@ pub fn schedule_with(
         placement: &name,
         namespace: &namespace,
         warning,
-        score_note: plan::score_note(filtered.iter().map(|n| &**n).zip(s.totals.iter().copied())),
+        score_note: plan::score_note(filtered.iter().map(|n| &**n).zip(s.totals.iter().copied()))
+            .filter(|_| say_scores),
     };
     let writes = if keep_current {
         Vec::new()

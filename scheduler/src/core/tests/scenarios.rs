@@ -508,8 +508,10 @@ fn writes_create_update_label_only_no_change_and_leftovers() {
     );
 
     // Fewer clusters wanted: a status write, said by DecisionUpdate and the scores of every
-    // filtered cluster.
+    // filtered cluster (with no scoreRateLimit window open: inside one, the scores are said
+    // once a window).
     p.spec.number_of_clusters = Some(1);
+    p.spec.score_rate_limit = "0s".into();
     let o = w.apply(&mut p);
     assert_eq!(writes(&o), ["status p-decision-1 1"]);
     let events: Vec<(&str, &str)> = o.events().map(|e| (e.reason, e.note.as_str())).collect();
@@ -530,7 +532,12 @@ fn writes_create_update_label_only_no_change_and_leftovers() {
 fn one_score_update_per_pass_however_many_objects_change() {
     // 150 clusters in two objects, then 120, 60 and 140: one or two objects rewritten.
     let mut w = World::new((0..150).map(|i| cluster(&format!("c{i:03}"))).collect());
-    let mut p = placement("ns", "p", json!({"numberOfClusters": 150}));
+    // scoreRateLimit 0s: no window, so every status write also says ScoreUpdate.
+    let mut p = placement(
+        "ns",
+        "p",
+        json!({"numberOfClusters": 150, "scoreRateLimit": "0s"}),
+    );
     let o = w.apply(&mut p);
     assert_eq!(writes(&o), ["create p-decision-1", "create p-decision-2"]);
     let events: Vec<&str> = o.events().map(|e| e.reason).collect();
@@ -603,7 +610,12 @@ fn score_update_note_is_cut_before_1000_characters() {
     );
     // The note comes with a status write of an existing object: 1 cluster, then all.
     let mut w = w;
-    let mut p = placement("ns", "p", json!({"numberOfClusters": 1}));
+    // scoreRateLimit 0s: no window, so every status write also says ScoreUpdate.
+    let mut p = placement(
+        "ns",
+        "p",
+        json!({"numberOfClusters": 1, "scoreRateLimit": "0s"}),
+    );
     w.apply(&mut p);
     p.spec.number_of_clusters = None;
     let o = w.schedule(&p);
@@ -698,6 +710,49 @@ fn score_visibility_sort_scores_and_rate_limit() {
         [("a".into(), 200), ("b".into(), 180), ("c".into(), 100)]
     );
     let _ = &mut w;
+}
+
+#[test]
+fn a_move_inside_the_score_window_writes_fresh_scores_and_keeps_the_window() {
+    let mut w = World::new(vec![cluster("a"), cluster("b")]);
+    for (c, v) in [("a", 90), ("b", 10)] {
+        w.score(score(c, "r", &[("s", v)], None));
+    }
+    let mut p = placement(
+        "ns",
+        "p",
+        json!({"numberOfClusters": 1, "scoreRateLimit": "30s", "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 1}]}}),
+    );
+    let o = w.apply(&mut p);
+    assert_eq!(chosen(&o), ["a"]);
+    assert_eq!(o.placement_status.last_score_update_time, Some(at(0)));
+    let entry = |o: &crate::core::Outcome| -> (String, i64) {
+        let e = &o.decisions[0].status.as_ref().unwrap().decisions[0];
+        (e.cluster_name.clone(), e.score)
+    };
+
+    // b becomes the best 10 s into the window: the move is written at once with b's fresh
+    // score, and the window keeps its start, so the Placement status has nothing new to say.
+    w.score(score("b", "r", &[("s", 100)], None));
+    let o = crate::core::schedule(&w.snapshot, &p, at(10).0);
+    assert_eq!(chosen(&o), ["b"]);
+    assert_eq!(entry(&o), ("b".into(), 100));
+    assert_eq!(writes(&o), ["status p-decision-1 1"]);
+    assert_eq!(o.placement_status.last_score_update_time, Some(at(0)));
+    assert_eq!(Some(&o.placement_status), p.status.as_ref());
+    // The move says DecisionUpdate; the scores are said once a window, not per move.
+    let events: Vec<&str> = o.events().map(|e| e.reason).collect();
+    assert_eq!(events, ["DecisionUpdate"]);
+    w.apply_outcome(&mut p, &o);
+
+    // A score-only change after the window ended is written and starts the next window.
+    w.score(score("b", "r", &[("s", 95)], None));
+    let o = crate::core::schedule(&w.snapshot, &p, at(31).0);
+    assert_eq!(entry(&o), ("b".into(), 95));
+    assert_eq!(o.placement_status.last_score_update_time, Some(at(31)));
+    let events: Vec<&str> = o.events().map(|e| e.reason).collect();
+    assert_eq!(events, ["ScoreUpdate"]);
 }
 
 #[test]
