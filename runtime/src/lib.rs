@@ -2,6 +2,7 @@
 //! the agent behave alike on a cluster: the same flags and environment variables, the same
 //! client behaviour towards the apiserver, the same probes and logs.
 //!
+//! - [`app`]: the one startup path every binary takes, composed of the parts below;
 //! - [`client`](mod@client): one way to reach the hub, rate limited, so that no binary floods the apiserver;
 //! - [`leader`]: several replicas for availability, one writer for correctness;
 //! - [`metrics`]: what Prometheus scrapes and the kubelet probes, on one port;
@@ -50,6 +51,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod app;
 pub mod client;
 pub mod http;
 pub mod leader;
