@@ -132,3 +132,48 @@ async fn run_elected_without_election_runs_the_work() {
         .unwrap();
     assert_eq!(ran, Some(true));
 }
+
+/// A kubeconfig for a server that need not exist: connecting only reads it.
+fn kubeconfig() -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("app-test-{}.kubeconfig", std::process::id()));
+    let yaml = r#"apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:9"}}]
+users: [{name: u, user: {}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"#;
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// The controllers' rate limiter is the flags' and its metrics are served; `--client-qps=0`
+/// turns it (and them) off.
+#[tokio::test]
+async fn connect_makes_the_flags_rate_limiter_and_serves_its_metrics() {
+    let path = kubeconfig();
+    for (qps, limited) in [("5", true), ("0", false)] {
+        let cli = Cli::try_parse_from([
+            "x".to_owned(),
+            format!("--kubeconfig={}", path.display()),
+            format!("--client-qps={qps}"),
+            "--metrics-bind-address=127.0.0.1:0".to_owned(),
+        ])
+        .unwrap();
+        let mut app = App::new("test/0");
+        let hub = app.connect(&cli.app.client).await.unwrap();
+        assert_eq!(hub.limiter().map(|l| l.qps()), limited.then_some(5.0));
+        assert_eq!(hub.config().cluster_url.port_u16(), Some(9));
+        hub.unlimited().unwrap();
+        hub.limited_apart().unwrap();
+        hub.writer(&Leadership::always()).unwrap();
+        let running = app.serve(&cli.app.serve).await.unwrap();
+        let metrics = get(&running, "/metrics").await;
+        assert_eq!(
+            metrics.contains("kube_client_rate_limiter_permits"),
+            limited,
+            "{metrics}"
+        );
+    }
+    let _ = std::fs::remove_file(path);
+}
