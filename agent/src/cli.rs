@@ -2,9 +2,9 @@
 //! parsing (hub client, metrics and health server, the loop, the stop signal).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
+use ocm_runtime::app::{App, AppError};
 use ocm_runtime::leader::parse_duration;
 use prometheus_client::registry::Registry;
 use thiserror::Error;
@@ -81,6 +81,8 @@ pub enum CliError {
     Serve(#[from] ocm_runtime::ServeError),
     #[error(transparent)]
     Log(#[from] ocm_runtime::LogError),
+    #[error(transparent)]
+    App(#[from] AppError),
 }
 
 impl ProviderArgs {
@@ -148,25 +150,20 @@ pub async fn serve<P: ScoreProvider>(
         .as_ref()
         .ok_or(CliError::NoHubKubeconfig)?;
     let hub = HubClient::load(path, &user_agent).await?;
-    let listener = args.serve.bind().await?;
     let mut runner = Runner::new(provider, hub, settings);
     if let Some((client, lease)) = lease {
         runner = runner.with_lease(client, lease);
     }
-    let mut registry = registry;
-    runner.metrics().register(&mut registry);
-    let registry = Arc::new(registry);
-    let health = runner.health();
-    let shutdown = futures::FutureExt::shared(ocm_runtime::signal());
-    let server = tokio::spawn(ocm_runtime::serve_metrics(
-        listener,
-        registry,
-        health,
-        shutdown.clone(),
-    ));
+    // A provider elects no leader: one runs per cluster (or per hub, with its own scheme).
+    let mut app = App::new(user_agent)
+        .with_registry(registry)
+        .with_health(runner.health())
+        .without_leader_election();
+    runner.metrics().register(app.registry());
+    let running = app.serve(&args.serve).await?;
     tracing::info!(score_name, manager, period = ?args.refresh_period, "score provider running");
-    runner.run(shutdown).await;
-    let _ = server.await;
+    runner.run(running.shutdown()).await;
+    running.server_stopped().await;
     Ok(())
 }
 

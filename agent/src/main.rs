@@ -2,13 +2,16 @@
 //! AddOnPlacementScore `resource-usage-score` in its namespace on the hub.
 
 use std::collections::BTreeMap;
+use std::error::Error;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use futures::TryFutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use ocm_api::selector::Selector;
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
+use ocm_runtime::app::{self, Drain};
 use score_provider::ScoreProvider;
 use score_provider::cli::parse_range;
 use score_provider::lease::LeaseSettings;
@@ -201,21 +204,17 @@ impl SourceArgs {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    ocm_runtime::memory::limit_arenas();
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Run(args) => run(*args).await,
-        Command::Print(args) => print(*args).await,
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("resource-usage-agent: {e}");
-            ExitCode::FAILURE
-        }
-    }
+fn main() -> ExitCode {
+    app::main("resource-usage-agent: ", || {
+        let command = Cli::parse().command;
+        let work = async move {
+            match command {
+                Command::Run(args) => run(*args).await,
+                Command::Print(args) => print(*args).await,
+            }
+        };
+        app::block_on(work.map_err(Box::<dyn Error>::from), Drain::Wait)
+    })
 }
 
 async fn run(args: RunArgs) -> Result<(), String> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use futures::FutureExt;
+use ocm_runtime::app::{self, App, AppArgs, Drain};
 use std::path::PathBuf;
 
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
@@ -160,13 +160,7 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 #[derive(clap::Args)]
 struct ManagerArgs {
     #[command(flatten)]
-    client: ocm_runtime::ClientArgs,
-    #[command(flatten)]
-    leader: ocm_runtime::LeaderArgs,
-    #[command(flatten)]
-    serve: ocm_runtime::ServeArgs,
-    #[command(flatten)]
-    log: ocm_runtime::LogArgs,
+    app: AppArgs,
     /// The add-on's name: the ClusterManagementAddOn, every ManagedClusterAddOn, the work
     /// `addon-<name>-deploy-0` and the registration subject.
     #[arg(long, env = "ADDON_NAME", default_value = RESOURCE_USAGE_ADDON)]
@@ -200,70 +194,31 @@ struct ManagerArgs {
 }
 
 fn main() -> ExitCode {
-    ocm_runtime::memory::limit_arenas();
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Manager(args) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(Into::into)
-            .and_then(|rt| rt.block_on(manager(*args))),
-        Command::Scorer(args) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(Into::into)
-            .and_then(|rt| rt.block_on(scorer(*args))),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    app::main("error: ", || match Cli::parse().command {
+        Command::Manager(args) => app::block_on(manager(*args), Drain::Wait),
+        Command::Scorer(args) => app::block_on(scorer(*args), Drain::Wait),
+    })
 }
 
 async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
-    ocm_runtime::logging::init(&args.log)?;
+    let mut app = App::start(
+        &args.app.log,
+        concat!("resource-usage-hub/", env!("CARGO_PKG_VERSION")),
+    )?;
     if args.agent_image.trim().is_empty() {
         return Err("--agent-image must name an image".into());
     }
-    let shutdown = ocm_runtime::signal().shared();
-    let user_agent = concat!("resource-usage-hub/", env!("CARGO_PKG_VERSION"));
-    let config = ocm_runtime::client::load_config(args.client.kubeconfig.as_deref()).await?;
-    let limiter = args.client.rate_limiter()?;
-
-    let mut registry = prometheus_client::registry::Registry::default();
-    if let Some(l) = &limiter {
-        l.register(&mut registry);
-    }
-    let handle = Handle::new(&mut registry);
-    let leader_gauge = ocm_runtime::leader_gauge::LeaderGauge::register(&mut registry);
-    let registry = Arc::new(registry);
-    let health = ocm_runtime::Health::new();
-    let listener = args.serve.bind().await?;
-    tokio::spawn(ocm_runtime::serve_metrics(
-        listener,
-        registry,
-        health.clone(),
-        shutdown.clone(),
-    ));
-
-    // The elector has a client of its own, outside the rate limit, so that renewals never
-    // queue behind the pass's writes; the manager's client sends writes only while leading.
-    let elector_client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
-    let leadership = args.leader.start(
-        elector_client,
-        &format!("{}-manager", args.addon_name),
-        shutdown.clone(),
-    )?;
-    leader_gauge.follow(&format!("{}-manager", args.addon_name), leadership.clone());
-    let client =
-        ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
+    let hub = app.connect(&args.app.client).await?;
+    let handle = Handle::new(app.registry());
+    let running = app.serve(&args.app.serve).await?;
+    let lease = format!("{}-manager", args.addon_name);
+    let leadership = running.elect(&args.app.leader, &hub, &lease)?;
+    // The manager's client sends writes only while leading.
+    let client = hub.writer(&leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
     // Ready once every watch has listed; until then /readyz names the watches that have not
     // and their last error (a missing CRD). A standby is ready too (it keeps warm stores).
-    tokio::spawn(handle.sync.clone().report_to(health.clone()));
+    tokio::spawn(handle.sync.clone().report_to(running.health()));
 
     let agent = args
         .agent_name
@@ -288,15 +243,15 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     // A replica deposed by another holder exits (client-go's `OnStoppedLeading`) and comes
     // back as a standby when restarted; one that only missed its renewals (the apiserver
     // down) stops writing and leads again when it renews (see `Leadership::deposed`).
-    let run = controller::run(client, handle, options, shutdown.clone());
-    ocm_runtime::run_until_deposed(run, leadership, || shutdown.peek().is_some()).await?;
+    let run = controller::run(client, handle, options, running.shutdown());
+    running.run_until_deposed(run, leadership).await?;
     Ok(())
 }
 
 async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
-    ocm_runtime::logging::init(&args.provider.log)?;
-    let settings = args.provider.settings(&args.score_name, SCORER)?;
     let user_agent = concat!("resource-usage-hub-scorer/", env!("CARGO_PKG_VERSION"));
+    let app = App::start(&args.provider.log, user_agent)?;
+    let settings = args.provider.settings(&args.score_name, SCORER)?;
     // The elector gets a client of its own, outside the writes' rate limit, so that renewals
     // never queue behind a round's writes (a kubeconfig-following hub client has no limit).
     let (hub, elector_client) = match &args.provider.hub_kubeconfig {
@@ -315,6 +270,39 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
             (score_provider::HubClient::fixed(writes), elector_client)
         }
     };
+    let provider = prom_scorer(&args, hub.client())?;
+    let runner = score_provider::Runner::new(provider.0, hub.clone(), settings);
+    // The runner keeps the health: it knows when its rounds stall.
+    let mut app = app.with_health(runner.health());
+    runner.metrics().register(app.registry());
+    provider.1.register(app.registry());
+    let running = app.serve(&args.provider.serve).await?;
+
+    // Only the leader queries and writes. A replica that loses the lease drops its pass at
+    // once (racing the runner) and exits, to come back as a standby, as client-go controllers
+    // do. The Lease is released only after the runner stopped, so a standby never writes
+    // alongside.
+    let shutdown = running.shutdown();
+    let work = |leadership: Option<ocm_runtime::Leadership>| async move {
+        tracing::info!(url = %args.prometheus_url, score = %args.score_name, "hub scorer running");
+        // The runner also checks before its writes and drops them the moment the lease ends.
+        let runner = match leadership {
+            Some(l) => runner.with_leadership(l),
+            None => runner,
+        };
+        runner.run(shutdown).await;
+    };
+    running
+        .run_elected(&args.leader, elector_client, SCORER, work)
+        .await?;
+    Ok(())
+}
+
+/// The scorer's provider from its flags, and its metrics (still to register).
+fn prom_scorer(
+    args: &ScorerArgs,
+    hub: kube::Client,
+) -> Result<(PromScorer, ScorerMetrics), Box<dyn std::error::Error>> {
     let prom = PromClient::new(PromSettings {
         url: args.prometheus_url.clone(),
         bearer_token: None,
@@ -372,77 +360,10 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
             manager: SCORER.to_owned(),
             deadline,
         },
-        hub.client(),
+        hub,
         scorer_metrics.clone(),
     );
-
-    let shutdown = ocm_runtime::signal().shared();
-    let runner = score_provider::Runner::new(provider, hub.clone(), settings);
-    let mut registry = prometheus_client::registry::Registry::default();
-    runner.metrics().register(&mut registry);
-    scorer_metrics.register(&mut registry);
-    let leader_gauge = ocm_runtime::leader_gauge::LeaderGauge::register(&mut registry);
-    let listener = args.provider.serve.bind().await?;
-    let health = runner.health();
-    tokio::spawn(ocm_runtime::serve_metrics(
-        listener,
-        Arc::new(registry),
-        health.clone(),
-        shutdown.clone(),
-    ));
-
-    // Only the leader queries and writes. A replica that loses the lease drops its pass at
-    // once (racing the runner) and exits, to come back as a standby, as client-go controllers
-    // do. The Lease is released only after the runner stopped, so a standby never writes
-    // alongside. A standby is ready: it is doing its job.
-    let elector = args.leader.elector(elector_client, SCORER)?;
-    let mut leadership = None;
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let mut elector_task = None;
-    if let Some(elector) = elector {
-        let mut l = elector.leadership();
-        leader_gauge.follow(SCORER, l.clone());
-        tracing::info!(identity = elector.identity(), "leader election on");
-        elector_task = Some(tokio::spawn(elector.run(async move {
-            let _ = released.await;
-        })));
-        health.set_ready(true);
-        tokio::select! {
-            _ = l.wait_leader() => {}
-            _ = shutdown.clone() => {
-                let _ = release.send(());
-                if let Some(t) = elector_task { let _ = t.await; }
-                return Ok(());
-            }
-        }
-        leadership = Some(l);
-    }
-    tracing::info!(url = %args.prometheus_url, score = %args.score_name, "hub scorer running");
-    // The runner also checks before its writes and drops them the moment the lease ends.
-    let runner = match &leadership {
-        Some(l) => runner.with_leadership(l.clone()),
-        None => runner,
-    };
-    let lost = async move {
-        match leadership.as_mut() {
-            // Deposed by another holder, not merely past the renew deadline (the hub down):
-            // the runner writes only while leading, and leads again once it renews.
-            Some(l) => l.deposed().await,
-            None => futures::future::pending().await,
-        }
-    };
-    let lost_lease = tokio::select! {
-        _ = runner.run(shutdown.clone()) => false,
-        _ = lost => true,
-    };
-    let _ = release.send(());
-    if let Some(t) = elector_task {
-        let _ = t.await;
-    }
-    if lost_lease {
-        return Err("lost the leader lease".into());
-    }
-    Ok(())
+    Ok((provider, scorer_metrics))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use futures::FutureExt;
+use ocm_runtime::app::{self, App, AppArgs, Drain};
 use placement_scheduler::controller::{self, Handle, Leader, Options};
 use placement_scheduler::core::Limits;
 use placement_scheduler::core::limits;
@@ -130,13 +130,7 @@ struct ExplainArgs {
 #[derive(clap::Args)]
 struct ControllerArgs {
     #[command(flatten)]
-    client: ocm_runtime::ClientArgs,
-    #[command(flatten)]
-    leader: ocm_runtime::LeaderArgs,
-    #[command(flatten)]
-    serve: ocm_runtime::ServeArgs,
-    #[command(flatten)]
-    log: ocm_runtime::LogArgs,
+    app: AppArgs,
     /// Placements scheduled at once (each placement's writes stay in order).
     #[arg(long, env = "WORKERS", default_value_t = 8)]
     workers: usize,
@@ -223,40 +217,24 @@ struct ControllerArgs {
 }
 
 fn main() -> ExitCode {
-    ocm_runtime::memory::limit_arenas();
-    let (invocation, args) = upstream::invocation(std::env::args_os().collect());
-    let name = invocation.display_name();
-    let matches = Cli::command()
-        .name(name)
-        .bin_name(name)
-        .get_matches_from(args);
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let runtime = || {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-    };
-    let result = match cli.command {
-        Command::Simulate(args) => simulate_cmd(args).map(|out| print!("{out}")),
-        Command::Explain(args) => runtime()
-            .map_err(Into::into)
-            .and_then(|rt| rt.block_on(explain_cmd(args)))
-            .map(|out| print!("{out}")),
-        Command::Controller(args) => runtime().map_err(Into::into).and_then(|rt| {
-            let result = rt.block_on(controller_cmd(*args, invocation));
-            // A scheduling pass still running on the blocking pool must not hold up the
-            // exit (dropping the runtime would wait for it).
-            rt.shutdown_background();
-            result
-        }),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+    app::main("error: ", || {
+        let (invocation, args) = upstream::invocation(std::env::args_os().collect());
+        let name = invocation.display_name();
+        let matches = Cli::command()
+            .name(name)
+            .bin_name(name)
+            .get_matches_from(args);
+        let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        match cli.command {
+            Command::Simulate(args) => simulate_cmd(args).map(|out| print!("{out}")),
+            Command::Explain(args) => {
+                app::block_on(explain_cmd(args), Drain::Wait).map(|out| print!("{out}"))
+            }
+            Command::Controller(args) => {
+                app::block_on(controller_cmd(*args, invocation), Drain::Background)
+            }
         }
-    }
+    })
 }
 
 fn simulate_cmd(args: SimulateArgs) -> Result<String, Box<dyn std::error::Error>> {
@@ -343,77 +321,43 @@ async fn controller_cmd(
     mut args: ControllerArgs,
     invocation: Invocation,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    ocm_runtime::logging::init(&args.log)?;
-    // Upstream's flags that map onto ours.
-    args.upstream.log_ignored();
-    if args.upstream.disable_leader_election {
-        args.leader.leader_elect = false;
-    }
-    args.leader.leader_election_namespace = args
-        .upstream
-        .lease_namespace(invocation, &args.leader.leader_election_namespace);
-    if let Some(qps) = args.upstream.kube_api_qps {
-        args.client.client_qps = qps;
-    }
-    if let Some(burst) = args.upstream.kube_api_burst {
-        args.client.client_burst = burst;
-    }
-    let shutdown = ocm_runtime::signal().shared();
-    let user_agent = concat!("placement-scheduler/", env!("CARGO_PKG_VERSION"));
-    let config = ocm_runtime::client::load_config(args.client.kubeconfig.as_deref()).await?;
+    let mut app = App::start(
+        &args.app.log,
+        concat!("placement-scheduler/", env!("CARGO_PKG_VERSION")),
+    )?;
+    upstream_flags(&mut args, invocation);
+    let hub = app.connect(&args.app.client).await?;
     if invocation != Invocation::Upstream {
-        let client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
-        placement_scheduler::coexist::check(&client, &args.ocm_hub_namespace, args.take_over)
-            .await?;
+        placement_scheduler::coexist::check(
+            &hub.unlimited()?,
+            &args.ocm_hub_namespace,
+            args.take_over,
+        )
+        .await?;
     }
-    let limiter = args.client.rate_limiter()?;
     // The debug endpoint's reviews have a rate limiter of their own (same settings), so that
     // callers of the endpoint never spend the controller's (its client, below, sends writes
     // only while this replica leads).
-    let review_client = ocm_runtime::client::client_with(
-        config.clone(),
-        args.client.rate_limiter()?.as_ref(),
-        user_agent,
-    )?;
-
-    let mut registry = prometheus_client::registry::Registry::default();
-    if let Some(l) = &limiter {
-        l.register(&mut registry);
+    let review_client = hub.limited_apart()?;
+    let handle = Handle::new(app.registry());
+    let debug_metrics = placement_scheduler::debug::DebugMetrics::new(app.registry());
+    {
+        let mut state = handle.state.write();
+        state.snapshot.set_max_score_validity(args.validity.bound());
+        state.snapshot.set_limits(args.limits.limits());
     }
-    let handle = Handle::new(&mut registry);
-    let debug_metrics = placement_scheduler::debug::DebugMetrics::new(&mut registry);
-    let leader_gauge = ocm_runtime::leader_gauge::LeaderGauge::register(&mut registry);
-    handle
-        .state
-        .write()
-        .snapshot
-        .set_max_score_validity(args.validity.bound());
-    handle
-        .state
-        .write()
-        .snapshot
-        .set_limits(args.limits.limits());
-    let registry = Arc::new(registry);
-    let health = ocm_runtime::Health::new();
-    let metrics_listener = args.serve.bind().await?;
+    let running = app.serve(&args.app.serve).await?;
     if let Some(addr) = args.upstream.listen_address(invocation) {
         let probes = upstream::serve_probes(
             addr,
-            registry.clone(),
-            health.clone(),
-            args.serve.limits.clone(),
-            shutdown.clone(),
+            running.registry(),
+            running.health(),
+            args.app.serve.limits.clone(),
+            running.shutdown(),
         )
         .await?;
         tokio::spawn(probes);
     }
-    tokio::spawn(ocm_runtime::serve_metrics(
-        metrics_listener,
-        registry,
-        health.clone(),
-        shutdown.clone(),
-    ));
-
     if !args.debug_bind_address.is_empty() {
         let source: Arc<dyn placement_scheduler::debug::DebugSource> = Arc::new(handle.clone());
         let debugger = placement_scheduler::debug::Debugger::new(
@@ -422,23 +366,16 @@ async fn controller_cmd(
             args.debug_limits.clone(),
             debug_metrics,
         );
-        let server = debug_endpoint(&args, debugger, shutdown.clone()).await?;
+        let server = debug_endpoint(&args, debugger, running.shutdown()).await?;
         tokio::spawn(server);
     }
 
-    // The elector has a client of its own, outside the rate limit, so that a busy leader's
-    // renewals never queue behind its own writes (client-go's controllers do the same).
-    let elector_client = ocm_runtime::client::client_with(config.clone(), None, user_agent)?;
-    let lease = upstream::lease_name(invocation);
-    let leadership = args.leader.start(elector_client, lease, shutdown.clone())?;
-    leader_gauge.follow(lease, leadership.clone());
-    let writes =
-        ocm_runtime::client::leader_client(config, limiter.as_ref(), user_agent, &leadership)?;
+    let leadership = running.elect(&args.app.leader, &hub, upstream::lease_name(invocation))?;
+    let writes = hub.writer(&leadership)?;
     let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
-
     // Ready once every watch has listed; until then /readyz names the watches that have not
     // and their last error (a missing CRD). A standby is ready too (it keeps warm stores).
-    tokio::spawn(handle.sync.clone().report_to(health.clone()));
+    tokio::spawn(handle.sync.clone().report_to(running.health()));
 
     let options = Options {
         workers: args.workers,
@@ -454,9 +391,26 @@ async fn controller_cmd(
     // A replica deposed by another holder exits (client-go's `OnStoppedLeading`) and comes
     // back as a standby when restarted; one that only missed its renewals (the apiserver
     // down) stops writing and leads again when it renews (see `Leadership::deposed`).
-    let run = controller::run(writes, handle, options, shutdown.clone());
-    ocm_runtime::run_until_deposed(run, leadership, || shutdown.peek().is_some()).await?;
+    let run = controller::run(writes, handle, options, running.shutdown());
+    running.run_until_deposed(run, leadership).await?;
     Ok(())
+}
+
+/// Upstream's flags that map onto ours (OCM's operator command line, `placement controller`).
+fn upstream_flags(args: &mut ControllerArgs, invocation: Invocation) {
+    let (up, app) = (&args.upstream, &mut args.app);
+    up.log_ignored();
+    if up.disable_leader_election {
+        app.leader.leader_elect = false;
+    }
+    app.leader.leader_election_namespace =
+        up.lease_namespace(invocation, &app.leader.leader_election_namespace);
+    if let Some(qps) = up.kube_api_qps {
+        app.client.client_qps = qps;
+    }
+    if let Some(burst) = up.kube_api_burst {
+        app.client.client_burst = burst;
+    }
 }
 
 /// The debug endpoint, bound and checked, ready to spawn: HTTPS with the given or a
@@ -489,7 +443,7 @@ async fn debug_endpoint(
         }
     };
     // The same connection limits as the metrics port, counted separately.
-    let listener = ocm_runtime::Listener::new(listener, args.serve.limits.clone());
+    let listener = ocm_runtime::Listener::new(listener, args.app.serve.limits.clone());
     debug::serve(listener, transport, debugger, shutdown)
         .map_err(|e| format!("--debug-insecure-loopback: {e}").into())
 }
@@ -534,7 +488,7 @@ mod tests {
         assert!(c.upstream.disable_leader_election);
         assert_eq!(c.upstream.kube_api_burst, Some(100));
         assert_eq!(
-            c.leader.leader_election_lease_duration,
+            c.app.leader.leader_election_lease_duration,
             Duration::from_secs(137)
         );
         assert!(!c.take_over);
