@@ -40,7 +40,9 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace --locked 2>&1 | tee "$log"
+# The test binaries several at a time (OCM_TEST_JOBS, default 3), the slowest first: they
+# mostly wait on apiservers and timers. OCM_TEST_JOBS=1 runs them one after another.
+tests/run-binaries.sh --workspace 2>&1 | tee "$log"
 # One closing line over every test binary (cargo prints one per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
