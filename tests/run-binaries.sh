@@ -15,7 +15,7 @@
 # target/test-binary-times); a binary's failure fails the run after every binary has run.
 set -uo pipefail
 shopt -s extglob
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 jobs=${OCM_TEST_JOBS:-3}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "tests/run-binaries.sh: OCM_TEST_JOBS=$jobs is not a positive number" >&2; exit 2; }
