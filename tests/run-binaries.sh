@@ -35,6 +35,15 @@ grep '"reason":"compiler-artifact"' "$work/build.json" \
   | sort -u -k2,2 >"$work/binaries"
 [ -s "$work/binaries" ] || { echo "tests/run-binaries.sh: no test binaries" >&2; exit 1; }
 
+# The end-to-end tests build the fleet's binaries with `cargo build` (e2e::fleet::binaries),
+# whose feature set differs from `cargo test`'s: cargo then swaps target/debug/<binary>, which
+# other tests are running. Built here, before any test starts, their builds find nothing to do.
+if grep -q '/tests/e2e ' "$work/binaries"; then
+  cargo build --locked -p placement-scheduler --bin placement-scheduler \
+    -p resource-usage-hub --bin resource-usage-hub \
+    -p resource-usage-agent --bin resource-usage-agent || exit 1
+fi
+
 # The slowest first (unknown ones first of all: they may be slow too).
 while read -r dir exe name; do
   last=$( { grep -F " $exe" "$times" 2>/dev/null || true; } | tail -n1 | cut -d' ' -f1)
