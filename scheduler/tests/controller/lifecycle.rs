@@ -110,6 +110,7 @@ async fn a_burst_of_score_updates_is_coalesced() {
     }
     hub.expect("p", &["a"]).await;
     let before = passes();
+    let started = Instant::now();
     // 1,000 score updates, 50 at a time; the last one makes e the best.
     let mut writes = Vec::new();
     for i in 0..1000 {
@@ -128,9 +129,15 @@ async fn a_burst_of_score_updates_is_coalesced() {
     hub.score(&names[4], "demo", &[("demo", 100)], None).await;
     hub.expect("p", &["e"]).await;
     let spent = passes() - before;
+    // Coalesced: at most the first pass, one per pass spacing while the burst lasted, and the
+    // one after it. A bound on the count for however long the burst took (under 200 when it
+    // took under 20 s, as the fixed `< 200` assumed; a slow machine made that one fail).
+    let lasted = started.elapsed();
+    let spacing = placement_scheduler::controller::queue::Pacing::DEFAULT.spacing;
+    let bound = 2 + (lasted.as_millis() / spacing.as_millis()) as u64;
     assert!(
-        spent < 200,
-        "1,000 score updates cost {spent} scheduling passes"
+        spent <= bound,
+        "1,000 score updates over {lasted:?} cost {spent} scheduling passes"
     );
 }
 
