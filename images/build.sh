@@ -72,6 +72,12 @@ if [ -n "$list" ]; then
 fi
 
 start=$SECONDS
+# One build at a time (tests/run.sh builds in the background while the images test may call
+# this script too): a second caller waits, then finds the images built.
+lock_dir=${OCM_PLACEMENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ocm-placement}/images
+mkdir -p "$lock_dir"
+exec 9>"$lock_dir/.build.lock"
+flock 9
 driver=${OCM_IMAGES_STORAGE_DRIVER:-vfs}
 bah() { buildah --storage-driver "$driver" "$@"; }
 

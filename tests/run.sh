@@ -32,15 +32,23 @@ echo "libfaketime ready after $((SECONDS - start))s"
 # test through the real agents (tests/e2e/tests/agents.rs).
 tests/ocm/build.sh registration-operator registration addon >/dev/null
 echo "OCM agents ready after $((SECONDS - start))s"
-# The images (buildah; a release build), built once here: tests/e2e/tests/images.rs re-uses them.
-images/build.sh
-echo "images ready after $((SECONDS - start))s"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-cargo test --workspace --locked 2>&1 | tee "$log"
+images_log=$(mktemp)
+trap 'rm -f "$log" "$images_log"' EXIT
+# The images (buildah; a release build) in the background, at the lowest priority: after a
+# change their release build takes minutes of CPU that the tests, which mostly wait, leave
+# idle. tests/e2e/tests/images.rs calls the script too and waits for this build (a lock),
+# then re-uses its images.
+nice -n 19 images/build.sh >"$images_log" 2>&1 &
+images=$!
+# The test binaries several at a time (OCM_TEST_JOBS, default 3), the slowest first: they
+# mostly wait on apiservers and timers. OCM_TEST_JOBS=1 runs them one after another.
+tests/run-binaries.sh --workspace 2>&1 | tee "$log"
+wait "$images" || { cat "$images_log" >&2; echo "tests/run.sh: images/build.sh failed" >&2; exit 1; }
+cat "$images_log"
 # One closing line over every test binary (cargo prints one per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

@@ -159,7 +159,7 @@ async fn scores_follow_nodes_and_pods_and_expire_when_the_agent_stops() {
     let v0 = first.valid_until.clone().expect("validUntil").0;
     assert!(v0 > jiff::Timestamp::now(), "validUntil in the future");
 
-    // A new pod (2 CPU on n1) moves the scores within seconds: cluster free 12.75 -> 27;
+    // A new pod (2 CPU on n1) moves the scores: cluster free 12.75 -> 27;
     // the freest node is n1 at 8.5 -> -15.
     create_pod(
         &admin,
@@ -172,17 +172,12 @@ async fn scores_follow_nodes_and_pods_and_expire_when_the_agent_stops() {
     )
     .await;
     let started = std::time::Instant::now();
-    eventually(
-        "the scores after a new pod",
-        Duration::from_secs(15),
-        || async {
-            let s = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?;
-            let got = scores_of(&s);
-            (got.get("cpuClusterAvailable") == Some(&27)
-                && got.get("cpuNodeAvailable") == Some(&-15))
+    eventually("the scores after a new pod", DEADLINE, || async {
+        let s = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?;
+        let got = scores_of(&s);
+        (got.get("cpuClusterAvailable") == Some(&27) && got.get("cpuNodeAvailable") == Some(&-15))
             .then_some(())
-        },
-    )
+    })
     .await;
     eprintln!(
         "a new pod reached the hub's scores after {:?}",
@@ -192,7 +187,7 @@ async fn scores_follow_nodes_and_pods_and_expire_when_the_agent_stops() {
     // validUntil advances at every refresh (2 s here), twice.
     let mut last = v0;
     for _ in 0..2 {
-        last = eventually("validUntil to advance", Duration::from_secs(15), || async {
+        last = eventually("validUntil to advance", DEADLINE, || async {
             let s = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?;
             let v = s.valid_until?.0;
             (v > last).then_some(v)
@@ -227,7 +222,7 @@ async fn scores_follow_nodes_and_pods_and_expire_when_the_agent_stops() {
         .await
         .expect("scores");
     let until = dead.valid_until.clone().expect("validUntil").0;
-    eventually("the scores to expire", Duration::from_secs(15), || async {
+    eventually("the scores to expire", DEADLINE, || async {
         (jiff::Timestamp::now() > until).then_some(())
     })
     .await;
@@ -343,16 +338,11 @@ async fn gpus_when_present_and_minus_100_when_none_schedulable() {
         )
         .await
         .expect("cordon");
-    let s = eventually(
-        "GPU at -100 after cordoning",
-        Duration::from_secs(15),
-        || async {
-            let s = scores_of(&score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?);
-            (s.get("gpuClusterAvailable") == Some(&-100)
-                && s.get("gpuNodeAvailable") == Some(&-100))
+    let s = eventually("GPU at -100 after cordoning", DEADLINE, || async {
+        let s = scores_of(&score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?);
+        (s.get("gpuClusterAvailable") == Some(&-100) && s.get("gpuNodeAvailable") == Some(&-100))
             .then_some(s)
-        },
-    )
+    })
     .await;
     assert!(
         !s.contains_key("tpuClusterAvailable"),

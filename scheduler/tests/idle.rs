@@ -57,7 +57,8 @@ async fn a_settled_balance_fleet_does_no_work_at_rest() {
         "passes and writes are counted"
     );
     // The Balance waves converge: a window longer than a wave's delay plus a resync period
-    // (+10% jitter) without a pass or a write.
+    // (+10% jitter) without a pass or a write (an interval without activity: no event shows
+    // the last wave, so the window is waited out).
     let window = balance_delay + resync.mul_f64(1.1) + Duration::from_secs(1);
     let settled = eventually("the Balance waves to converge", || async {
         let before = activity(&registry);
@@ -65,7 +66,9 @@ async fn a_settled_balance_fleet_does_no_work_at_rest() {
         (activity(&registry) == before).then_some(before)
     })
     .await;
-    // At rest: three more resync periods and Balance delays, nothing.
+    // At rest: three more resync periods and Balance delays, nothing. A sleep, because what is
+    // asserted is that nothing happens: a resync that starts no pass leaves no event or
+    // counter to wait for (a resync counter would let this wait for three of them instead).
     tokio::time::sleep(resync * 3).await;
     assert_eq!(
         activity(&registry),

@@ -88,27 +88,26 @@ async fn faster_clusters_score_higher_and_dead_ones_say_why() {
             .find(|i| i.name == "latency")
             .map(|i| i.value)
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let (fast, slow, dead) = loop {
-        let (f, s, d) = (
-            read(&clusters[0]).await,
-            read(&clusters[1]).await,
-            read(&clusters[2]).await,
-        );
-        let f_score = f.as_ref().and_then(latency);
-        let s_score = s.as_ref().and_then(latency);
-        let d_cond = d.as_ref().and_then(|d| d.conditions.first().cloned());
-        if let (Some(f), Some(s), Some(d)) = (f_score, s_score, d_cond) {
-            break (f, s, d);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no scores within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    // 300 ms of a 1 s range is at most 40; an instant local answer is near 100.
-    assert!(fast >= 90, "fast endpoint scored {fast}");
+    let (fast, slow, dead) = testenv::eventually(
+        "every cluster's outcome",
+        Duration::from_secs(60),
+        || async {
+            let (f, s, d) = (
+                read(&clusters[0]).await,
+                read(&clusters[1]).await,
+                read(&clusters[2]).await,
+            );
+            let f_score = f.as_ref().and_then(latency)?;
+            let s_score = s.as_ref().and_then(latency)?;
+            let d_cond = d.as_ref().and_then(|d| d.conditions.first().cloned())?;
+            Some((f_score, s_score, d_cond))
+        },
+    )
+    .await;
+    // The endpoint that answers 300 ms later scores lower, whatever the machine's load adds to
+    // both (the probes run side by side); 300 ms of a 1 s range cannot score above 40. How fast
+    // an instant answer is stays out of the test: a busy machine slows every probe.
+    assert!(fast > slow, "fast endpoint scored {fast}, slow {slow}");
     assert!(slow <= 40 && slow > -100, "slow endpoint scored {slow}");
     assert_eq!(
         (d_status(&dead), dead.reason.as_str()),

@@ -1,4 +1,4 @@
-//! Helpers of the chart tests (`tests/chart.rs`, `tests/chart_upgrade.rs`): the chart's and the
+//! Helpers of the chart tests (`tests/chart/`, `tests/chart_upgrade.rs`): the chart's and the
 //! fixtures' paths, `helm` off the async runtime, the chart's components run as local
 //! processes with exactly the rendered arguments and the chart's identities, and what their
 //! `/metrics` export.

@@ -78,7 +78,10 @@ fn write_report(cp: &ControlPlane) {
         return;
     };
     let [etcd, api] = cp.pids();
-    std::fs::write(path, format!("{etcd}\n{api}\n{}\n", cp.dir().display())).unwrap();
+    // Written beside it, then renamed: the report appears complete or not at all.
+    let partial = format!("{path}.partial");
+    std::fs::write(&partial, format!("{etcd}\n{api}\n{}\n", cp.dir().display())).unwrap();
+    std::fs::rename(&partial, &path).unwrap();
 }
 
 fn read_report(path: &Path) -> (Vec<u32>, PathBuf) {
@@ -165,8 +168,6 @@ fn a_killed_test_process_leaves_no_process() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    // The report is written in one call, but be sure it is complete before reading it.
-    std::thread::sleep(Duration::from_millis(100));
     let (pids, _dir) = read_report(&report);
     child.kill().unwrap(); // SIGKILL: no unwinding, no exit hooks; only PDEATHSIG is left
     child.wait().unwrap();

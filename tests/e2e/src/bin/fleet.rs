@@ -132,6 +132,9 @@ async fn run(args: Args) -> Result<(), e2e::fleet::Error> {
     let mut loaded: Option<String> = None;
     let mut next_change = tokio::time::Instant::now() + Duration::from_secs(args.every);
     let mut rounds = 0;
+    // The last load change and the decision before it: how soon the decision follows is this
+    // binary's figure (the fleet test asserts only that it follows).
+    let mut change: Option<(tokio::time::Instant, Vec<String>)> = None;
     loop {
         if *stop.borrow() {
             break;
@@ -155,12 +158,22 @@ async fn run(args: Args) -> Result<(), e2e::fleet::Error> {
                 .collect::<Vec<_>>()
                 .join(" ")
         );
+        if let Some((at, before)) = &change
+            && best != *before
+        {
+            println!(
+                "-- most-free-cpu moved {:.1} s after the load change",
+                at.elapsed().as_secs_f64()
+            );
+            change = None;
+        }
         if line != last {
             println!("{} {line}", jiff::Timestamp::now().strftime("%H:%M:%S"));
             last = line;
         }
         if tokio::time::Instant::now() >= next_change && !best.is_empty() {
             next_change = tokio::time::Instant::now() + Duration::from_secs(args.every);
+            change = Some((tokio::time::Instant::now(), best.clone()));
             match loaded.take() {
                 Some(c) => {
                     println!("-- load leaves {c}");

@@ -1,0 +1,555 @@
+//! What a pass costs and what it may not stall: a hostile CEL placement, the CEL budget, group
+//! merges, the pacing of a burst, and the writes (and events) a change costs.
+
+use super::*;
+
+/// A `celSelector` expression that spends the whole per-expression CEL budget on every cluster
+/// (nested comprehensions of 10^7 iterations, stopped by the budget): the most a tenant can
+/// make one cluster cost.
+fn hostile_cel_expression() -> String {
+    let mut e = "true".to_owned();
+    for v in ["a", "b", "c", "d", "e", "f", "g"] {
+        e = format!("[0, 1, 2, 3, 4, 5, 6, 7, 8, 9].all({v}, {e})");
+    }
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_placement_does_not_stall_the_others() {
+    // Issue 16 item 1. A Placement whose celSelector is as expensive as the per-cluster budget
+    // allows, over many clusters, takes a long pass. Before, the pass held the state's read
+    // lock: the watches waited for the write lock (and the runtime threads with them), so no
+    // other placement saw a change until it ended. Now passes run from a snapshot, on the
+    // blocking pool: a normal placement keeps following its clusters meanwhile.
+    const HOSTILE_CLUSTERS: usize = 12;
+    let hub = Hub::new("pl-hostile").await;
+    // The normal placement's clusters are in a set of their own, so that flipping them does
+    // not reschedule the hostile placement.
+    let normal_set = format!("{}-normal", hub.ns);
+    hub.create_set(
+        &normal_set,
+        json!({"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}),
+    )
+    .await;
+    hub.bind(&normal_set).await;
+    let in_normal = |pick: &str| json!({"cluster.open-cluster-management.io/clusterset": normal_set, "pick": pick});
+    let a = hub.cluster("a", in_normal("yes"), json!(null)).await;
+    let b = hub.cluster("b", in_normal("no"), json!(null)).await;
+    hub.placement("normal", json!({"numberOfClusters": 1, "clusterSets": [normal_set],
+        "predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"pick": "yes"}}}}]}))
+        .await;
+    hub.expect("normal", &["a"]).await;
+
+    let hostile: Vec<String> = (0..HOSTILE_CLUSTERS).map(|i| format!("h{i}")).collect();
+    let hostile: Vec<&str> = hostile.iter().map(String::as_str).collect();
+    hub.clusters(&hostile, json!({})).await;
+    hub.placement("hostile", json!({"clusterSets": [hub.set],
+        "predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": [hostile_cel_expression()]}}}]}))
+        .await;
+
+    // Once the hostile pass runs (it is the only placement being processed), flip the normal
+    // placement's choice back and forth: each flip is followed while the hostile placement has
+    // no status yet, i.e. before its pass ended. Before the fix no flip could be seen until
+    // then. (The order of the two, not a reaction time.)
+    use placement_scheduler::controller::metrics::QueueLabels;
+    use placement_scheduler::controller::queue::PROCESSING;
+    let metrics = hub.controller.as_ref().unwrap().handle.metrics.clone();
+    let processing = || {
+        metrics
+            .queue_depth
+            .get_or_create(&QueueLabels { state: PROCESSING })
+            .get()
+    };
+    let hostile_done = || async {
+        hub.get_placement("hostile")
+            .await
+            .status
+            .is_some_and(|s| !s.conditions.is_empty())
+    };
+    eventually("the hostile pass to start", || async {
+        (processing() >= 1).then_some(())
+    })
+    .await;
+    let started = Instant::now();
+    let mut flips = 0;
+    let mut during = 0;
+    while started.elapsed() < Duration::from_secs(4) || flips < 4 {
+        let (to, from, want) = if flips % 2 == 0 {
+            (&b, &a, "b")
+        } else {
+            (&a, &b, "a")
+        };
+        hub.patch_cluster(to, json!({"metadata": {"labels": {"pick": "yes"}}}))
+            .await;
+        hub.patch_cluster(from, json!({"metadata": {"labels": {"pick": "no"}}}))
+            .await;
+        eventually(
+            &format!(
+                "flip {flips}: normal to choose {want} while the hostile placement is scheduled"
+            ),
+            || async { (hub.chosen("normal").await == [want]).then_some(()) },
+        )
+        .await;
+        let done = hostile_done().await;
+        if flips == 0 {
+            assert!(
+                !done,
+                "the first flip was followed only after the hostile pass ended: it stalled the others"
+            );
+        }
+        during += usize::from(!done);
+        flips += 1;
+    }
+    eprintln!("{during} of {flips} flips were followed during the hostile pass");
+    // The hostile placement is still the tenant's to delete; its pass ends on its own.
+    let api: Api<ocm_api::Placement> = Api::namespaced(hub.client.clone(), &hub.ns);
+    api.delete("hostile", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// Issue 16 item 1, the CEL budget drill: a Placement whose celSelector would spend upstream's
+/// whole per-expression limit on every cluster runs out of its pass's budget. It is not
+/// scheduled: its decisions stay as they were (not emptied: the add-on manager would uninstall),
+/// `PlacementSatisfied=False/CELBudgetExceeded` says how far it got, one Warning event names
+/// the budget; and the other Placement in the namespace keeps being scheduled.
+#[tokio::test]
+async fn a_placement_past_its_cel_budget_keeps_its_decisions_and_others_schedule() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::ListParams;
+    use placement_scheduler::core::Limits;
+
+    let hub = Hub::new("pl-celbudget").await;
+    hub.controller
+        .as_ref()
+        .unwrap()
+        .handle
+        .state
+        .write()
+        .snapshot
+        .set_limits(Limits {
+            cel_cost: 100_000,
+            ..Limits::default()
+        });
+    let names = hub
+        .clusters(&["c0", "c1", "c2", "c3", "c4"], json!({"env": "prod"}))
+        .await;
+    let all = ["c0", "c1", "c2", "c3", "c4"];
+    let cel = |expression: &str| json!({"predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": [expression]}}}]});
+    let cheap = "managedCluster.metadata.labels['env'] == 'prod'";
+    hub.placement("hostile", cel(cheap)).await;
+    hub.placement("normal", cel(cheap)).await;
+    hub.expect("hostile", &all).await;
+    hub.expect("normal", &all).await;
+
+    // 100^3 iterations, false after all of them: upstream cuts it at 1,000,000 units per
+    // cluster (and then drops every cluster); here the pass's 100,000 run out at once.
+    let l = format!(
+        "[{}]",
+        (0..100)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let hostile = format!("{l}.exists(a, {l}.exists(b, {l}.exists(c, c < 0)))");
+    hub.patch_placement("hostile", json!({"spec": cel(&hostile)}))
+        .await;
+    let message = hub
+        .expect_condition(
+            "hostile",
+            "PlacementSatisfied",
+            "False",
+            "CELBudgetExceeded",
+        )
+        .await;
+    assert_eq!(
+        message,
+        "celSelector evaluation used up the placement's CEL cost budget (100000 units) after 0 of 5 clusters; not scheduled, the current decisions are kept"
+    );
+    assert_eq!(hub.chosen("hostile").await, all);
+    let events: Api<Event> = Api::namespaced(hub.client.clone(), &hub.ns);
+    let warning = eventually("the CELBudgetExceeded warning", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("CELBudgetExceeded"))
+    })
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        warning.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("hostile")
+    );
+    assert_eq!(warning.note.as_deref(), Some(message.as_str()));
+
+    // The other Placement is still scheduled: c0 leaves it.
+    hub.patch_cluster(&names[0], json!({"metadata": {"labels": {"env": "dev"}}}))
+        .await;
+    hub.expect("normal", &["c1", "c2", "c3", "c4"]).await;
+    // The hostile one is looked at again (the cluster changed) and still keeps its decisions.
+    assert_eq!(hub.chosen("hostile").await, all);
+    hub.expect_condition(
+        "hostile",
+        "PlacementSatisfied",
+        "False",
+        "CELBudgetExceeded",
+    )
+    .await;
+}
+
+/// Issue 17: the groups left from `clustersPerDecisionGroup: 2` merge once the Placement asks
+/// for the default size (one group), in the status and on the PlacementDecisions' labels.
+#[tokio::test]
+async fn decision_groups_merge_when_the_size_grows() {
+    let hub = Hub::new("pl-regroup").await;
+    hub.clusters(&["c1", "c2", "c3", "c4"], json!({})).await;
+    hub.placement(
+        "p",
+        json!({"decisionStrategy": {"groupStrategy": {"clustersPerDecisionGroup": 2}}}),
+    )
+    .await;
+    // (index, name, decisions, clusters) per group in the status, and (name, index label,
+    // group name label, clusters) per PlacementDecision.
+    let layout = || async {
+        let groups: Vec<(i32, String, Vec<String>, i32)> = hub
+            .get_placement("p")
+            .await
+            .status
+            .unwrap_or_default()
+            .decision_groups
+            .into_iter()
+            .map(|g| {
+                (
+                    g.decision_group_index,
+                    g.decision_group_name,
+                    g.decisions,
+                    g.clusters_count,
+                )
+            })
+            .collect();
+        let decisions: Vec<(String, String, String, usize)> = hub
+            .decisions("p")
+            .await
+            .into_iter()
+            .map(|d| {
+                let labels = d.metadata.labels.unwrap_or_default();
+                let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+                (
+                    d.metadata.name.unwrap_or_default(),
+                    label("cluster.open-cluster-management.io/decision-group-index"),
+                    label("cluster.open-cluster-management.io/decision-group-name"),
+                    d.status.map_or(0, |s| s.decisions.len()),
+                )
+            })
+            .collect();
+        (groups, decisions)
+    };
+    let s = String::new;
+    let two = (
+        vec![
+            (0, s(), vec!["p-decision-1".to_string()], 2),
+            (1, s(), vec!["p-decision-2".to_string()], 2),
+        ],
+        vec![
+            ("p-decision-1".to_string(), "0".to_string(), s(), 2),
+            ("p-decision-2".to_string(), "1".to_string(), s(), 2),
+        ],
+    );
+    eventually("two groups of two", || async {
+        (layout().await == two).then_some(())
+    })
+    .await;
+
+    hub.patch_placement(
+        "p",
+        json!({"spec": {"decisionStrategy": {"groupStrategy": {"clustersPerDecisionGroup": null}}}}),
+    )
+    .await;
+    let one = (
+        vec![(0, s(), vec!["p-decision-1".to_string()], 4)],
+        vec![("p-decision-1".to_string(), "0".to_string(), s(), 4)],
+    );
+    eventually("one group of four", || async {
+        (layout().await == one).then_some(())
+    })
+    .await;
+    assert_eq!(hub.chosen("p").await, ["c1", "c2", "c3", "c4"]);
+}
+
+/// Issue 22 items 1 and 3, with the controller's default pacing: a burst of 1,000 score
+/// updates for one placement costs about one pass per `--min-pass-interval` (100 ms) while it
+/// lasts, the decision ends on the last update's best cluster, and the queue then says it is
+/// settled: nothing ready, deferred or processing, only the scores' expiry waiting.
+#[tokio::test]
+async fn a_burst_costs_few_passes_and_the_queue_says_when_it_is_settled() {
+    use placement_scheduler::controller::metrics::{QueueLabels, ResultLabels};
+    use placement_scheduler::controller::queue::{DEFERRED, PROCESSING, Pacing, READY, WAITING};
+
+    let hub = Hub::new("pl-pacing").await;
+    let metrics = hub.controller.as_ref().unwrap().handle.metrics.clone();
+    let passes = || {
+        ["success", "warning"]
+            .iter()
+            .map(|r| {
+                metrics
+                    .schedules
+                    .get_or_create(&ResultLabels {
+                        result: r.to_string(),
+                    })
+                    .get()
+            })
+            .sum::<u64>()
+    };
+    let depth = |state: &'static str| {
+        metrics
+            .queue_depth
+            .get_or_create(&QueueLabels { state })
+            .get()
+    };
+    let settled =
+        || async { ([READY, DEFERRED, PROCESSING].map(depth) == [0, 0, 0]).then_some(()) };
+
+    let names = hub.clusters(&["a", "b", "c", "d", "e"], json!({})).await;
+    // Valid for an hour: the placement waits for their expiry (a requeue) once scheduled.
+    let valid_until = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    for n in &names {
+        hub.score(n, "demo", &[("demo", 0)], Some(&valid_until))
+            .await;
+    }
+    hub.placement("p", json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1}]}})).await;
+    hub.expect("p", &["a"]).await;
+    eventually("the queue to settle after the first pass", settled).await;
+    assert_eq!(depth(WAITING), 1, "the scores' expiry is a requeue");
+
+    let before = passes();
+    let started = Instant::now();
+    // 1,000 score updates, 50 at a time; the last one makes e the best.
+    let writes: Vec<(String, i32)> = (0..1000)
+        .map(|i| (names[i % 4].clone(), (i % 50) as i32))
+        .collect();
+    for chunk in writes.chunks(50) {
+        let futs = chunk.iter().map(|(c, v)| {
+            let (hub, valid_until) = (&hub, &valid_until);
+            async move {
+                hub.score(c, "demo", &[("demo", *v)], Some(valid_until))
+                    .await
+            }
+        });
+        futures::future::join_all(futs).await;
+    }
+    hub.score(&names[4], "demo", &[("demo", 100)], Some(&valid_until))
+        .await;
+    hub.expect("p", &["e"]).await;
+    eventually("the queue to settle after the burst", settled).await;
+    let lasted = started.elapsed();
+    let spent = passes() - before;
+    eprintln!("1,001 score updates over {lasted:?}: {spent} passes");
+    // At most the first pass, one per spacing while the burst lasted, and the one after it.
+    // (A bound on the count for however long the burst took, not on its speed.)
+    let spacing = Pacing::DEFAULT.spacing;
+    let bound = 2 + (lasted.as_millis() / spacing.as_millis()) as u64;
+    assert!(spent <= bound, "{spent} passes for a burst of {lasted:?}");
+    assert!(spent >= 1);
+    assert_eq!(depth(WAITING), 1, "only the scores' expiry is left");
+    assert_eq!(hub.chosen("p").await, ["e"]);
+}
+
+/// The scheduler's events in the hub's namespace: (reason, type, note, series count), sorted.
+async fn scheduler_events(hub: &Hub) -> Vec<(String, String, String, i32)> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = Api::namespaced(hub.client.clone(), &hub.ns);
+    let mut out: Vec<(String, String, String, i32)> = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("placement-controller"))
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+                e.series.map_or(1, |s| s.count),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Issue 17, item 1: a new Placement on upstream's benchmark shape (numberOfClusters 10,
+/// Exact with AddOn + ResourceAllocatableCPU + Balance) costs four writes: the
+/// PlacementDecision's create and status, the Placement's status, and one `DecisionCreate`
+/// event (upstream: six, with DecisionUpdate and ScoreUpdate for the status write that
+/// completes the create). A reschedule that changes nothing then writes nothing.
+#[tokio::test]
+async fn a_new_placement_costs_four_writes() {
+    let hub = Hub::new("pl-fourw").await;
+    let short: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
+    let refs: Vec<&str> = short.iter().map(String::as_str).collect();
+    let names = hub.clusters(&refs, json!({})).await;
+    // Valid within the scheduler's bound (--max-score-validity, 10 minutes): no
+    // ScoreValidityCapped warning.
+    let valid_until = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(540))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    for (i, c) in names.iter().enumerate() {
+        let v = i32::try_from(i).unwrap() * 5;
+        hub.score(c, "demo", &[("demo", v)], Some(&valid_until))
+            .await;
+    }
+    let handle = hub.controller.as_ref().unwrap().handle.clone();
+    eventually("the controller to be ready", || async {
+        handle.ready().then_some(())
+    })
+    .await;
+    let before = quiet(&handle).await;
+    assert!(before.is_empty(), "writes before any placement: {before:?}");
+    hub.placement(
+        "p",
+        json!({"numberOfClusters": 10, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+            {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1},
+            {"scoreCoordinate": {"type": "BuiltIn", "builtIn": "ResourceAllocatableCPU"}, "weight": 1},
+            {"scoreCoordinate": {"type": "BuiltIn", "builtIn": "Balance"}, "weight": 1}]}}),
+    )
+    .await;
+    hub.expect_count("p", 10).await;
+    hub.expect_condition("p", SATISFIED, "True", "AllDecisionsScheduled")
+        .await;
+    eventually("the DecisionCreate event", || async {
+        (!scheduler_events(&hub).await.is_empty()).then_some(())
+    })
+    .await;
+    let after_create = quiet(&handle).await;
+    assert_eq!(
+        after_create,
+        std::collections::BTreeMap::from([
+            (("create", "events"), 1),
+            (("create", "placementdecisions"), 1),
+            (("patch", "placementdecisions/status"), 1),
+            (("patch", "placements/status"), 1),
+        ]),
+    );
+    assert_eq!(
+        scheduler_events(&hub).await,
+        [(
+            "DecisionCreate".to_owned(),
+            "Normal".to_owned(),
+            format!(
+                "Decision p-decision-1 is created with placement p in namespace {}",
+                hub.ns
+            ),
+            1
+        )]
+    );
+
+    // A reschedule that changes nothing: an unrelated label on a selected cluster.
+    let passes_before = passes(&handle);
+    hub.patch_cluster(
+        &names[11],
+        json!({"metadata": {"labels": {"unrelated": "x"}}}),
+    )
+    .await;
+    eventually("a pass after the label change", || async {
+        (passes(&handle) > passes_before).then_some(())
+    })
+    .await;
+    assert_eq!(quiet(&handle).await, after_create);
+    assert_eq!(scheduler_events(&hub).await.len(), 1);
+}
+
+/// Issue 17, item 1: the same event again is not a new Event object: it becomes a series on
+/// the first one (`series.count`), as client-go's events broadcaster does. A placement whose
+/// decision moves back and forth says "Decision p-decision-1 is updated ..." each time.
+#[tokio::test]
+async fn a_repeated_event_becomes_a_series() {
+    let hub = Hub::new("pl-series").await;
+    let names = hub.clusters(&["c0", "c1"], json!({})).await;
+    hub.score(&names[0], "demo", &[("demo", 90)], None).await;
+    hub.score(&names[1], "demo", &[("demo", 10)], None).await;
+    hub.placement("p", json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1}]}})).await;
+    hub.expect("p", &["c0"]).await;
+    // Two moves: the second DecisionUpdate repeats the first.
+    for (winner, loser, want) in [(1, 0, "c1"), (0, 1, "c0")] {
+        hub.score(&names[winner], "demo", &[("demo", 95)], None)
+            .await;
+        hub.score(&names[loser], "demo", &[("demo", 5)], None).await;
+        hub.expect("p", &[want]).await;
+    }
+    let note = format!(
+        "Decision p-decision-1 is updated with placement p in namespace {}",
+        hub.ns
+    );
+    let updates = eventually("the DecisionUpdate series", || async {
+        let updates: Vec<_> = scheduler_events(&hub)
+            .await
+            .into_iter()
+            .filter(|e| e.0 == "DecisionUpdate")
+            .collect();
+        updates.iter().any(|e| e.3 >= 2).then_some(updates)
+    })
+    .await;
+    assert_eq!(
+        updates,
+        [("DecisionUpdate".into(), "Normal".into(), note, 2)],
+        "one object for both updates"
+    );
+}
+
+/// Issues 17 and 22: the watch event of our own write (often in before the write returns) is
+/// not a change to react to: a new Placement costs one pass, not one more for each echo
+/// of its decision writes that beat the write's response home.
+#[tokio::test]
+async fn our_own_writes_start_no_pass() {
+    let hub = Hub::new("pl-echo").await;
+    let short: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
+    let refs: Vec<&str> = short.iter().map(String::as_str).collect();
+    hub.clusters(&refs, json!({})).await;
+    let handle = hub.controller.as_ref().unwrap().handle.clone();
+    eventually("the controller to be ready", || async {
+        handle.ready().then_some(())
+    })
+    .await;
+    quiet(&handle).await;
+    let (passes_before, writes_before) = (passes(&handle), writes(&handle));
+    const PLACEMENTS: usize = 40;
+    let names: Vec<String> = (0..PLACEMENTS).map(|i| format!("p{i:02}")).collect();
+    futures::future::join_all(
+        names
+            .iter()
+            .map(|n| hub.placement(n, json!({"numberOfClusters": 3}))),
+    )
+    .await;
+    for n in &names {
+        hub.expect_count(n, 3).await;
+    }
+    let after = quiet(&handle).await;
+    let spent = passes(&handle) - passes_before;
+    let wrote = |verb: &'static str, what: &'static str| {
+        after.get(&(verb, what)).copied().unwrap_or(0)
+            - writes_before.get(&(verb, what)).copied().unwrap_or(0)
+    };
+    assert_eq!(
+        (
+            spent,
+            wrote("create", "placementdecisions"),
+            wrote("patch", "placementdecisions/status"),
+            wrote("patch", "placements/status"),
+        ),
+        (
+            PLACEMENTS as u64,
+            PLACEMENTS as u64,
+            PLACEMENTS as u64,
+            PLACEMENTS as u64
+        ),
+        "(passes, PlacementDecision creates, their status patches, Placement status patches)"
+    );
+}

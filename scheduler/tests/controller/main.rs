@@ -1,0 +1,24 @@
+//! The controller against a real apiserver with the upstream CRDs: upstream's integration
+//! scenarios (ocm-placement.md §5.1), the seeds' stories, spread and groups end to end.
+#![allow(clippy::unwrap_used)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use ocm_api::{ManagedCluster, PlacementDecision};
+use serde_json::json;
+
+const SATISFIED: &str = "PlacementSatisfied";
+const MISCONFIGURED: &str = "PlacementMisconfigured";
+
+/// What a pass costs and what it may not stall: CEL, pacing, writes per change.
+mod cost;
+/// Over time: restarts, bursts, regrouping, events, deleted placements.
+mod lifecycle;
+/// Upstream's integration scenarios and the seeds' stories.
+mod scenarios;

@@ -1,0 +1,269 @@
+//! The README's values table, the alert rules under promtool, the monitoring objects selecting
+//! each component's metrics port, and the notes an install prints.
+
+use super::*;
+
+#[test]
+fn the_readme_values_table_is_current() {
+    let chart = e2e::chart::chart_dir();
+    let inputs = e2e::chart_readme::Inputs::read(&chart).expect("the chart's files");
+    let want = inputs.generate().unwrap_or_else(|e| {
+        panic!(
+            "charts/ocm-placement: {e}\n(fix values.schema.json or values.yaml, then run `{}`)",
+            e2e::chart_readme::COMMAND
+        )
+    });
+    assert!(
+        want == inputs.readme,
+        "charts/ocm-placement/README.md is out of date: run `{}`",
+        e2e::chart_readme::COMMAND
+    );
+}
+
+/// `promtool check rules` on the chart's rules file, and `promtool test rules` with the alerts'
+/// unit tests (fixtures/prometheus-rules.test.yaml): each fires on trouble, not on health.
+#[test]
+fn the_rules_pass_promtool() {
+    let rules = e2e::chart::chart_dir().join("files/prometheus-rules.yaml");
+    let tests = e2e::chart::fixture("prometheus-rules.test.yaml");
+    let promtool = e2e::chart::promtool().unwrap_or_else(|e| panic!("{e}"));
+    for (verb, file) in [("check", &rules), ("test", &tests)] {
+        let out = std::process::Command::new(&promtool)
+            .args([verb, "rules"])
+            .arg(file)
+            .output()
+            .expect("run promtool");
+        assert!(
+            out.status.success(),
+            "promtool {verb} rules {}:\n{}{}",
+            file.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// With monitoring on, each enabled component gets a monitor that selects its pods (through a
+/// Service, or directly) on the port that serves /metrics; the rules and the dashboard are the
+/// files' own.
+#[test]
+fn monitoring_selects_each_component_on_its_metrics_port() {
+    let all = "scheduler.enabled=true,scorer.enabled=true,scorer.prometheusURL=http://p:9090";
+    let components = [
+        "placement-scheduler",
+        "resource-usage-hub-manager",
+        "resource-usage-hub-scorer",
+    ];
+    let matches = |selector: &Value, labels: &Value| {
+        selector
+            .as_object()
+            .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| &labels[k] == v))
+    };
+    let deployment = |docs: &[Value], name: &str| -> Value {
+        docs.iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("Deployment {name}"))
+    };
+    // The container port a name or number refers to, and that it is the metrics address's.
+    let serves_metrics = |d: &Value, port: &Value| {
+        let container = &d["spec"]["template"]["spec"]["containers"][0];
+        let number = container["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .find(|p| &p["name"] == port || &p["containerPort"] == port)
+            .and_then(|p| p["containerPort"].as_u64());
+        let bind = container["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(Value::as_str)
+            .find_map(|a| a.strip_prefix("--metrics-bind-address="))
+            .and_then(|a| a.rsplit(':').next())
+            .and_then(|p| p.parse::<u64>().ok());
+        number.is_some() && number == bind
+    };
+
+    // ServiceMonitors: Service -> pods -> port.
+    let docs = render(&[
+        "--set",
+        all,
+        "--set",
+        "monitoring.serviceMonitor.enabled=true,monitoring.serviceMonitor.labels.release=kp,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
+    ]);
+    for name in components {
+        let d = deployment(&docs, name);
+        let pod_labels = &d["spec"]["template"]["metadata"]["labels"];
+        let monitor = docs
+            .iter()
+            .find(|m| m["kind"] == "ServiceMonitor" && m["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("ServiceMonitor {name}"));
+        assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+        assert_eq!(monitor["metadata"]["labels"]["release"], "kp");
+        assert_eq!(monitor["spec"]["namespaceSelector"]["matchNames"][0], "hub");
+        let services: Vec<&Value> = docs
+            .iter()
+            .filter(|s| {
+                s["kind"] == "Service"
+                    && s["metadata"]["namespace"] == "hub"
+                    && matches(
+                        &monitor["spec"]["selector"]["matchLabels"],
+                        &s["metadata"]["labels"],
+                    )
+            })
+            .collect();
+        assert_eq!(
+            services.len(),
+            1,
+            "{name}: one Service selected: {services:?}"
+        );
+        let service = services[0];
+        assert!(
+            matches(&service["spec"]["selector"], pod_labels),
+            "{name}: {service}"
+        );
+        let endpoint = &monitor["spec"]["endpoints"][0];
+        assert_eq!(endpoint["path"], "/metrics");
+        let port = service["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .find(|p| p["name"] == endpoint["port"])
+            .unwrap_or_else(|| panic!("{name}: the Service has the monitor's port"));
+        assert!(serves_metrics(&d, &port["targetPort"]), "{name}: {port}");
+        // Only the component's own pods.
+        for other in components.iter().filter(|o| **o != name) {
+            let o = deployment(&docs, other);
+            assert!(!matches(
+                &service["spec"]["selector"],
+                &o["spec"]["template"]["metadata"]["labels"]
+            ));
+        }
+    }
+    // The rules and the dashboard, unchanged from the files.
+    let files = e2e::chart::chart_dir().join("files");
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .expect("PrometheusRule");
+    let want: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(files.join("prometheus-rules.yaml")).expect("rules"),
+    )
+    .expect("rules YAML");
+    assert_eq!(rule["spec"], want);
+    let dashboard = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "ocm-placement-dashboard")
+        .expect("dashboard ConfigMap");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: Value = serde_json::from_str(
+        dashboard["data"]["ocm-placement.json"]
+            .as_str()
+            .expect("json"),
+    )
+    .expect("dashboard JSON");
+    let file: Value = serde_json::from_str(
+        &std::fs::read_to_string(files.join("grafana-dashboard.json")).expect("dashboard"),
+    )
+    .expect("dashboard JSON");
+    assert_eq!(shipped, file);
+
+    // PodMonitors: pods -> port, and no Services.
+    let docs = render(&["--set", all, "--set", "monitoring.podMonitor.enabled=true"]);
+    assert!(
+        !kinds(&docs)
+            .iter()
+            .any(|(k, n)| k == "Service" && n.ends_with("-metrics"))
+    );
+    for name in components {
+        let d = deployment(&docs, name);
+        let monitor = docs
+            .iter()
+            .find(|m| m["kind"] == "PodMonitor" && m["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("PodMonitor {name}"));
+        assert!(matches(
+            &monitor["spec"]["selector"]["matchLabels"],
+            &d["spec"]["template"]["metadata"]["labels"]
+        ));
+        let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+        assert!(serves_metrics(&d, &endpoint["port"]), "{name}: {endpoint}");
+    }
+    // Disabled components get no monitor.
+    let docs = render(&["--set", "monitoring.podMonitor.enabled=true"]);
+    let monitors: Vec<String> = kinds(&docs)
+        .into_iter()
+        .filter(|(k, _)| k == "PodMonitor")
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(monitors, ["resource-usage-hub-manager"]);
+}
+
+/// The notes an install prints (`helm install --dry-run=client` renders them without a hub).
+fn notes(set: &str) -> String {
+    let chart = chart();
+    let out = helm::helm(
+        &[
+            "install",
+            "r",
+            &chart,
+            "--namespace",
+            "hub",
+            "--dry-run=client",
+            "--set",
+            set,
+        ],
+        None,
+    )
+    .expect("helm install --dry-run=client");
+    let text = helm::stdout(&out);
+    text.split_once("NOTES:")
+        .map(|(_, n)| n.to_owned())
+        .unwrap_or_else(|| panic!("no NOTES in {text}"))
+}
+
+#[test]
+fn the_notes_say_what_was_installed_and_warn_about_a_second_scheduler() {
+    let chart = chart();
+    helm::helm(
+        &[
+            "lint",
+            "--strict",
+            &chart,
+            "--set",
+            "scheduler.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
+        ],
+        None,
+    )
+    .expect("helm lint --strict, everything on");
+
+    let defaults = notes("logLevel=info");
+    for want in [
+        "ClusterManagementAddOn resource-usage-collect",
+        "hub/resource-usage-collect-global",
+        "kubectl get clustermanagementaddon resource-usage-collect",
+        "kubectl get addonplacementscores -A --field-selector metadata.name=resource-usage-score",
+        "kubectl get placementdecisions -A",
+        "placement-scheduler explain NAMESPACE/NAME",
+        "kubectl placement explain NAMESPACE/NAME",
+    ] {
+        assert!(
+            defaults.contains(want),
+            "{want:?} in the notes:\n{defaults}"
+        );
+    }
+    assert!(!defaults.contains("WARNING"), "{defaults}");
+
+    let ours = notes("scheduler.enabled=true");
+    assert!(
+        ours.contains("WARNING: this release runs its own placement scheduler"),
+        "{ours}"
+    );
+    assert!(ours.contains("spec.placementImagePullSpec"), "{ours}");
+    assert!(ours.contains("refuses to start"), "{ours}");
+    let take_over = notes("scheduler.enabled=true,scheduler.takeOver=true");
+    assert!(
+        take_over.contains("scheduler.takeOver is set"),
+        "{take_over}"
+    );
+}
