@@ -268,7 +268,9 @@ async fn events_follow_the_writes() {
     use k8s_openapi::api::events::v1::Event;
     let hub = Hub::new("pl-events").await;
     hub.clusters(&["a", "b"], json!({})).await;
-    hub.placement("p", json!({})).await;
+    // No scoreRateLimit window (0s): every decision update also says the scores. (Inside a
+    // window a move says DecisionUpdate only: the core's scenario tests cover that.)
+    hub.placement("p", json!({"scoreRateLimit": "0s"})).await;
     hub.expect("p", &["a", "b"]).await;
     // Creating the object is one change (DecisionCreate); a third cluster then updates it
     // (DecisionUpdate and ScoreUpdate).
