@@ -43,6 +43,7 @@ mod renders;
 #[cfg(test)]
 mod tests;
 mod work;
+mod writes;
 
 use super::registration::csr::RefusedCsr;
 use assess::Cluster;
