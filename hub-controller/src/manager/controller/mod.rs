@@ -44,7 +44,7 @@ mod execute;
 mod reporter;
 mod watch;
 
-use execute::{Fence, execute};
+use execute::write_plan;
 pub use reporter::Reporter;
 use watch::{WatchCtx, snapshot};
 
@@ -208,84 +208,11 @@ pub async fn run(
     let settings = &options.settings;
     let notify = Arc::new(Notify::new());
     let mut tasks = tokio::task::JoinSet::new();
-    let by_name = watcher::Config::default().fields(&format!("metadata.name={}", settings.addon));
-    let by_label =
-        watcher::Config::default().labels(&format!("{}={}", label::ADDON_NAME, settings.addon));
     let ctx = WatchCtx {
         notify: notify.clone(),
         handle: handle.clone(),
     };
-    let stores = Stores {
-        cma: ctx.watch(
-            &mut tasks,
-            Api::all(client.clone()),
-            by_name.clone(),
-            "ClusterManagementAddOn",
-        ),
-        mcas: ctx.watch(
-            &mut tasks,
-            Api::all(client.clone()),
-            by_name,
-            "ManagedClusterAddOn",
-        ),
-        decisions: ctx.watch(
-            &mut tasks,
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            "PlacementDecision",
-        ),
-        placements: ctx.watch(
-            &mut tasks,
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            "Placement",
-        ),
-        clusters: ctx.watch(
-            &mut tasks,
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            "ManagedCluster",
-        ),
-        configs: {
-            let ar = ApiResource::erase::<AddOnDeploymentConfig>(&());
-            let writer = reflector::store::Writer::new(ar.clone());
-            let reader = writer.as_reader();
-            ctx.spawn(
-                &mut tasks,
-                writer,
-                Api::<DynamicObject>::all_with(client.clone(), &ar),
-                watcher::Config::default(),
-                "AddOnDeploymentConfig",
-                |_| {},
-            );
-            reader
-        },
-        works: ctx.watch_slim(
-            &mut tasks,
-            Api::all(client.clone()),
-            by_label.clone(),
-            "ManifestWork",
-            plan::slim_work,
-        ),
-        roles: ctx.watch(
-            &mut tasks,
-            Api::all(client.clone()),
-            by_label.clone(),
-            "Role",
-        ),
-        bindings: ctx.watch(
-            &mut tasks,
-            Api::all(client.clone()),
-            by_label.clone(),
-            "RoleBinding",
-        ),
-        csrs: ctx.watch(
-            &mut tasks,
-            Api::all(client.clone()),
-            by_label,
-            "CertificateSigningRequest",
-        ),
-    };
+    let stores = ctx.watch_all(&mut tasks, &client, &settings.addon);
     tracing::info!(addon = %settings.addon, image = %settings.template.image, "add-on manager starting");
 
     let mut errors: BTreeMap<(String, Step), String> = BTreeMap::new();
@@ -334,36 +261,15 @@ pub async fn run(
             // Their conditions change on the next pass; make sure there is one.
             next = options.debounce;
         }
-        let mut failed = false;
-        let mut fence = Fence::new(&snap);
-        for action in planned.actions {
-            if !options.leader.is_leader() {
-                // Lost the lease mid-pass: the new leader plans again from its own view.
-                break;
-            }
-            let kind = action.kind();
-            let step = step_of(&action);
-            let cluster = action.cluster().map(str::to_owned);
-            let labels = ActionLabels {
-                action: kind.to_owned(),
-            };
-            match execute(&client, settings, action, &mut fence).await {
-                Ok(()) => {
-                    handle.metrics.writes.get_or_create(&labels).inc();
-                    if let (Some(c), Some(s)) = (cluster, step) {
-                        errors.remove(&(c, s));
-                    }
-                }
-                Err(e) => {
-                    failed = true;
-                    handle.metrics.write_errors.get_or_create(&labels).inc();
-                    tracing::warn!(action = kind, cluster = cluster.as_deref().unwrap_or(""), error = %e, "write failed; retrying");
-                    if let (Some(c), Some(s)) = (cluster, step) {
-                        errors.insert((c, s), e.to_string());
-                    }
-                }
-            }
-        }
+        let failed = write_plan(
+            &client,
+            &options,
+            &handle,
+            planned.actions,
+            &snap,
+            &mut errors,
+        )
+        .await;
         handle.metrics.passes.inc();
         handle
             .metrics

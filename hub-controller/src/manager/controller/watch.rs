@@ -167,3 +167,85 @@ pub(super) fn snapshot(
         now: jiff::Timestamp::from_second(now.as_second()).unwrap_or(now),
     }
 }
+
+impl WatchCtx {
+    /// Starts a watch per kind the plan reads (this add-on's objects by name or label); their
+    /// stores.
+    pub(super) fn watch_all(
+        &self,
+        tasks: &mut tokio::task::JoinSet<()>,
+        client: &Client,
+        addon: &str,
+    ) -> Stores {
+        let ctx = self;
+        let by_name = watcher::Config::default().fields(&format!("metadata.name={}", addon));
+        let by_label =
+            watcher::Config::default().labels(&format!("{}={}", label::ADDON_NAME, addon));
+        Stores {
+            cma: ctx.watch(
+                tasks,
+                Api::all(client.clone()),
+                by_name.clone(),
+                "ClusterManagementAddOn",
+            ),
+            mcas: ctx.watch(
+                tasks,
+                Api::all(client.clone()),
+                by_name,
+                "ManagedClusterAddOn",
+            ),
+            decisions: ctx.watch(
+                tasks,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                "PlacementDecision",
+            ),
+            placements: ctx.watch(
+                tasks,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                "Placement",
+            ),
+            clusters: ctx.watch(
+                tasks,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                "ManagedCluster",
+            ),
+            configs: {
+                let ar = ApiResource::erase::<AddOnDeploymentConfig>(&());
+                let writer = reflector::store::Writer::new(ar.clone());
+                let reader = writer.as_reader();
+                ctx.spawn(
+                    tasks,
+                    writer,
+                    Api::<DynamicObject>::all_with(client.clone(), &ar),
+                    watcher::Config::default(),
+                    "AddOnDeploymentConfig",
+                    |_| {},
+                );
+                reader
+            },
+            works: ctx.watch_slim(
+                tasks,
+                Api::all(client.clone()),
+                by_label.clone(),
+                "ManifestWork",
+                plan::slim_work,
+            ),
+            roles: ctx.watch(tasks, Api::all(client.clone()), by_label.clone(), "Role"),
+            bindings: ctx.watch(
+                tasks,
+                Api::all(client.clone()),
+                by_label.clone(),
+                "RoleBinding",
+            ),
+            csrs: ctx.watch(
+                tasks,
+                Api::all(client.clone()),
+                by_label,
+                "CertificateSigningRequest",
+            ),
+        }
+    }
+}
