@@ -54,43 +54,8 @@ pub fn available(work: Option<&ManifestWork>, addon: &str) -> Verdict {
         }
         Some(_) => {}
     }
-    let probes: Vec<(&str, &str)> = work
-        .spec
-        .manifest_configs
-        .iter()
-        .filter(|c| {
-            c.resource_identifier.group == "apps"
-                && c.resource_identifier.resource == "deployments"
-                && c.feedback_rules
-                    .iter()
-                    .any(|r| r.type_ == "WellKnownStatus")
-        })
-        .map(|c| {
-            (
-                c.resource_identifier.namespace.as_str(),
-                c.resource_identifier.name.as_str(),
-            )
-        })
-        .collect();
-    let results: Vec<(&str, &str, &StatusFeedbackResult)> = probes
-        .iter()
-        .filter_map(|(ns, name)| {
-            work.status
-                .as_ref()?
-                .resource_status
-                .manifests
-                .iter()
-                .find(|m| {
-                    m.resource_meta.group == "apps"
-                        && m.resource_meta.resource == "deployments"
-                        && m.resource_meta.namespace == *ns
-                        && m.resource_meta.name == *name
-                })
-                .map(|m| &m.status_feedbacks)
-                .filter(|f| !f.values.is_empty())
-                .map(|f| (*ns, *name, f))
-        })
-        .collect();
+    let probes = deployment_probes(work);
+    let results = probe_results(work, &probes);
     if !probes.is_empty() && results.is_empty() {
         return (
             "Unknown",
@@ -112,6 +77,53 @@ pub fn available(work: Option<&ManifestWork>, addon: &str) -> Verdict {
         reason::PROBE_AVAILABLE,
         format!("{addon} add-on is available."),
     )
+}
+
+/// The Deployments the work probes (a WellKnownStatus feedback rule): (namespace, name).
+fn deployment_probes(work: &ManifestWork) -> Vec<(&str, &str)> {
+    work.spec
+        .manifest_configs
+        .iter()
+        .filter(|c| {
+            c.resource_identifier.group == "apps"
+                && c.resource_identifier.resource == "deployments"
+                && c.feedback_rules
+                    .iter()
+                    .any(|r| r.type_ == "WellKnownStatus")
+        })
+        .map(|c| {
+            (
+                c.resource_identifier.namespace.as_str(),
+                c.resource_identifier.name.as_str(),
+            )
+        })
+        .collect()
+}
+
+/// The feedback the work agent returned for each probed Deployment (those with values).
+fn probe_results<'w>(
+    work: &'w ManifestWork,
+    probes: &[(&'w str, &'w str)],
+) -> Vec<(&'w str, &'w str, &'w StatusFeedbackResult)> {
+    probes
+        .iter()
+        .filter_map(|(ns, name)| {
+            work.status
+                .as_ref()?
+                .resource_status
+                .manifests
+                .iter()
+                .find(|m| {
+                    m.resource_meta.group == "apps"
+                        && m.resource_meta.resource == "deployments"
+                        && m.resource_meta.namespace == *ns
+                        && m.resource_meta.name == *name
+                })
+                .map(|m| &m.status_feedbacks)
+                .filter(|f| !f.values.is_empty())
+                .map(|f| (*ns, *name, f))
+        })
+        .collect()
 }
 
 /// addon-framework `checkWorkloadAvailabilityHealth` for a Deployment.

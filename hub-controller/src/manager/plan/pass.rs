@@ -205,19 +205,7 @@ impl<'a> Pass<'a> {
         out: &mut Plan,
     ) -> InstallProgression {
         let (ns, pname) = (&p.placement_ref.namespace, &p.placement_ref.name);
-        let all = Groups::from_decisions(
-            self.decisions
-                .iter()
-                .copied()
-                .filter(|d| install::decision_of(d, ns, pname)),
-        );
-        let mut groups = Groups::default();
-        for c in all.clusters() {
-            let here = self.selected.get(c) == Some(&i) && clusters.iter().any(|x| x.name == c);
-            if let (true, Some(k)) = (here, all.group_of(c)) {
-                groups.insert(k.clone(), c);
-            }
-        }
+        let (all, groups) = self.placement_groups(i, ns, pname, clusters);
         let existing: Vec<ClusterStatus> = clusters
             .iter()
             .filter(|c| c.placement == Some(i))
@@ -272,11 +260,42 @@ impl<'a> Pass<'a> {
             self.snap,
             self.now,
         );
+        self.set_scheduled(i, ns, pname, &mut progression);
+        progression
+    }
+
+    /// The placement's decision groups: all of them, and those of the clusters it installs on
+    /// that have the add-on now (what it rolls out over).
+    fn placement_groups(
+        &self,
+        i: usize,
+        ns: &str,
+        name: &str,
+        clusters: &[Cluster<'a>],
+    ) -> (Groups, Groups) {
+        let all = Groups::from_decisions(
+            self.decisions
+                .iter()
+                .copied()
+                .filter(|d| install::decision_of(d, ns, name)),
+        );
+        let mut groups = Groups::default();
+        for c in all.clusters() {
+            let here = self.selected.get(c) == Some(&i) && clusters.iter().any(|x| x.name == c);
+            if let (true, Some(k)) = (here, all.group_of(c)) {
+                groups.insert(k.clone(), c);
+            }
+        }
+        (all, groups)
+    }
+
+    /// The progression's `PlacementScheduled`: whether placement `i` was scheduled, or why not.
+    fn set_scheduled(&self, i: usize, ns: &str, name: &str, progression: &mut InstallProgression) {
         let (s, r, m) = match &self.scheduling[i] {
             Ok(()) => (
                 "True",
                 PLACEMENT_SCHEDULED,
-                format!("placement {ns}/{pname} is scheduled"),
+                format!("placement {ns}/{name} is scheduled"),
             ),
             Err(e) => ("False", e.reason, e.message.clone()),
         };
@@ -288,7 +307,6 @@ impl<'a> Pass<'a> {
             &m,
             self.now,
         );
-        progression
     }
 
     /// Only what an MCA of this add-on owned (the garbage collector does the same; this is for
