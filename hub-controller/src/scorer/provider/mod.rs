@@ -488,6 +488,37 @@ pub fn rate(
 ) -> Result<(Computed, Counts), ProviderError> {
     let mut out = Computed::new();
     let mut counts = Counts::default();
+    let fresh = triage(
+        settings,
+        clusters,
+        assembled,
+        partial,
+        now,
+        foreign,
+        &mut out,
+        &mut counts,
+    );
+    counts.rated = fresh.len();
+    match settings.normalise {
+        Normalise::Absolute => rate_absolute(settings, &fresh, &mut out)?,
+        Normalise::Fleet => rate_fleet(&fresh, &mut out)?,
+    }
+    Ok((out, counts))
+}
+
+/// The clusters with fresh data, in order; the others get their `Unavailable` outcome (or
+/// are skipped, when another provider writes them) and are counted.
+#[allow(clippy::too_many_arguments)]
+fn triage<'a>(
+    settings: &ScorerSettings,
+    clusters: &'a [String],
+    assembled: &'a Assembled,
+    partial: &BTreeMap<String, String>,
+    now: f64,
+    foreign: impl Fn(&str) -> bool,
+    out: &mut Computed,
+    counts: &mut Counts,
+) -> Vec<(&'a str, &'a ClusterData)> {
     let max_age = settings.max_data_age.as_secs_f64();
     let mut fresh: Vec<(&str, &ClusterData)> = Vec::new();
     for name in clusters {
@@ -553,52 +584,59 @@ pub fn rate(
             (None, None) => {}
         }
     }
-    counts.rated = fresh.len();
-    match settings.normalise {
-        Normalise::Absolute => {
-            for (name, d) in &fresh {
-                // Fresh data without a counted node: nothing is schedulable, as the agent says
-                // (-100, not an expired score that placements would read as 0).
-                let mut free = Free::default();
-                let (cpu, cpu_node) = d.cpu.map_or((0.0, None), |(c, n)| (c, Some(n)));
-                free.set(Resource::Cpu, cpu, cpu_node);
-                let (mem, mem_node) = d.memory.map_or((0.0, None), |(c, n)| (c, Some(n)));
-                free.set(Resource::Memory, mem, mem_node);
-                let mut s = scores(&free, &settings.bounds)?;
-                headroom(&mut s, d)?;
-                out.insert(*name, Outcome::Scores(s));
-            }
-        }
-        Normalise::Fleet => {
-            let column = |f: &dyn Fn(&ClusterData) -> Option<f64>| {
-                fleet_relative(&fresh.iter().map(|(_, d)| f(d)).collect::<Vec<_>>())
-            };
-            // No counted node is nothing free.
-            let cpu_cluster = column(&|d| Some(d.cpu.map_or(0.0, |c| c.0)));
-            let cpu_node = column(&|d| Some(d.cpu.map_or(0.0, |c| c.1)));
-            let mem_cluster = column(&|d| Some(d.memory.map_or(0.0, |c| c.0)));
-            let mem_node = column(&|d| Some(d.memory.map_or(0.0, |c| c.1)));
-            for (i, (name, d)) in fresh.iter().enumerate() {
-                let mut s = Scores::new();
-                let items = [
-                    (names::CPU_CLUSTER, cpu_cluster[i]),
-                    (names::CPU, cpu_cluster[i]),
-                    (names::CPU_NODE, cpu_node[i]),
-                    (names::MEM_CLUSTER, mem_cluster[i]),
-                    (names::MEM, mem_cluster[i]),
-                    (names::MEM_NODE, mem_node[i]),
-                ];
-                for (n, v) in items {
-                    if let Some(v) = v {
-                        s.insert(n, i64::from(v))?;
-                    }
-                }
-                headroom(&mut s, d)?;
-                out.insert(*name, Outcome::Scores(s));
-            }
-        }
+    fresh
+}
+
+/// Absolute scores from each cluster's free resources.
+fn rate_absolute(
+    settings: &ScorerSettings,
+    fresh: &[(&str, &ClusterData)],
+    out: &mut Computed,
+) -> Result<(), ProviderError> {
+    for (name, d) in fresh {
+        // Fresh data without a counted node: nothing is schedulable, as the agent says
+        // (-100, not an expired score that placements would read as 0).
+        let mut free = Free::default();
+        let (cpu, cpu_node) = d.cpu.map_or((0.0, None), |(c, n)| (c, Some(n)));
+        free.set(Resource::Cpu, cpu, cpu_node);
+        let (mem, mem_node) = d.memory.map_or((0.0, None), |(c, n)| (c, Some(n)));
+        free.set(Resource::Memory, mem, mem_node);
+        let mut s = scores(&free, &settings.bounds)?;
+        headroom(&mut s, d)?;
+        out.insert(*name, Outcome::Scores(s));
     }
-    Ok((out, counts))
+    Ok(())
+}
+
+/// Scores relative to the fleet's: each column normalised over the fresh clusters.
+fn rate_fleet(fresh: &[(&str, &ClusterData)], out: &mut Computed) -> Result<(), ProviderError> {
+    let column = |f: &dyn Fn(&ClusterData) -> Option<f64>| {
+        fleet_relative(&fresh.iter().map(|(_, d)| f(d)).collect::<Vec<_>>())
+    };
+    // No counted node is nothing free.
+    let cpu_cluster = column(&|d| Some(d.cpu.map_or(0.0, |c| c.0)));
+    let cpu_node = column(&|d| Some(d.cpu.map_or(0.0, |c| c.1)));
+    let mem_cluster = column(&|d| Some(d.memory.map_or(0.0, |c| c.0)));
+    let mem_node = column(&|d| Some(d.memory.map_or(0.0, |c| c.1)));
+    for (i, (name, d)) in fresh.iter().enumerate() {
+        let mut s = Scores::new();
+        let items = [
+            (names::CPU_CLUSTER, cpu_cluster[i]),
+            (names::CPU, cpu_cluster[i]),
+            (names::CPU_NODE, cpu_node[i]),
+            (names::MEM_CLUSTER, mem_cluster[i]),
+            (names::MEM, mem_cluster[i]),
+            (names::MEM_NODE, mem_node[i]),
+        ];
+        for (n, v) in items {
+            if let Some(v) = v {
+                s.insert(n, i64::from(v))?;
+            }
+        }
+        headroom(&mut s, d)?;
+        out.insert(*name, Outcome::Scores(s));
+    }
+    Ok(())
 }
 
 /// Headroom fractions in [0, 1] as scores in [-100, 100].
