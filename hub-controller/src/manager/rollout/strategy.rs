@@ -238,8 +238,6 @@ pub(super) fn timeout_pattern_matches(s: &str) -> bool {
 
 /// Go's `time.ParseDuration`, in signed nanoseconds; `Err` carries upstream's message.
 pub(super) fn go_duration(orig: &str) -> Result<SignedDuration, &'static str> {
-    const INVALID: &str = "invalid duration";
-    const LIMIT: u64 = 1 << 63;
     let mut s = orig.as_bytes();
     let mut neg = false;
     if let Some((&c, rest)) = s.split_first()
@@ -252,95 +250,119 @@ pub(super) fn go_duration(orig: &str) -> Result<SignedDuration, &'static str> {
         return Ok(SignedDuration::ZERO);
     }
     if s.is_empty() {
-        return Err(INVALID);
+        return Err(INVALID_DURATION);
     }
     let mut total: u64 = 0;
-    while let Some(&first) = s.first() {
-        if !(first == b'.' || first.is_ascii_digit()) {
-            return Err(INVALID);
-        }
-        // Integer part; overflow is an error.
-        let int_len = s.iter().take_while(|c| c.is_ascii_digit()).count();
-        let mut v: u64 = 0;
-        for &c in &s[..int_len] {
-            if v > LIMIT / 10 {
-                return Err(INVALID);
-            }
-            v = v * 10 + u64::from(c - b'0');
-            if v > LIMIT {
-                return Err(INVALID);
-            }
-        }
-        s = &s[int_len..];
-        // Fraction; overflow only stops accumulating precision.
-        let (mut f, mut scale, mut post) = (0u64, 1f64, false);
-        if s.first() == Some(&b'.') {
-            s = &s[1..];
-            let frac_len = s.iter().take_while(|c| c.is_ascii_digit()).count();
-            let mut overflow = false;
-            for &c in &s[..frac_len] {
-                if overflow {
-                    continue;
-                }
-                if f > (LIMIT - 1) / 10 {
-                    overflow = true;
-                    continue;
-                }
-                let y = f * 10 + u64::from(c - b'0');
-                if y > LIMIT {
-                    overflow = true;
-                    continue;
-                }
-                f = y;
-                scale *= 10.0;
-            }
-            post = frac_len > 0;
-            s = &s[frac_len..];
-        }
-        if int_len == 0 && !post {
-            return Err(INVALID);
-        }
-        let unit_len = s
-            .iter()
-            .take_while(|&&c| !(c == b'.' || c.is_ascii_digit()))
-            .count();
-        if unit_len == 0 {
-            return Err("missing unit in duration");
-        }
-        let unit: u64 = match &s[..unit_len] {
-            b"ns" => 1,
-            // us, µs (U+00B5) and μs (U+03BC).
-            b"us" | b"\xc2\xb5s" | b"\xce\xbcs" => 1_000,
-            b"ms" => 1_000_000,
-            b"s" => 1_000_000_000,
-            b"m" => 60_000_000_000,
-            b"h" => 3_600_000_000_000,
-            _ => return Err("unknown unit in duration"),
-        };
-        s = &s[unit_len..];
-        if v > LIMIT / unit {
-            return Err(INVALID);
-        }
-        v *= unit;
-        if f > 0 {
-            // Float as Go does: nanosecond-accurate for fractions of hours.
-            v += (f as f64 * (unit as f64 / scale)) as u64;
-            if v > LIMIT {
-                return Err(INVALID);
-            }
-        }
+    while !s.is_empty() {
+        let (v, rest) = duration_term(s)?;
+        s = rest;
         total += v;
-        if total > LIMIT {
-            return Err(INVALID);
+        if total > DURATION_LIMIT {
+            return Err(INVALID_DURATION);
         }
     }
     let nanos = if neg {
         // -(1 << 63) is exactly i64::MIN.
         0i64.wrapping_sub_unsigned(total)
     } else {
-        i64::try_from(total).map_err(|_| INVALID)?
+        i64::try_from(total).map_err(|_| INVALID_DURATION)?
     };
     Ok(SignedDuration::from_nanos(nanos))
+}
+
+const INVALID_DURATION: &str = "invalid duration";
+/// Go's bound on a duration's magnitude in nanoseconds.
+const DURATION_LIMIT: u64 = 1 << 63;
+
+/// One `<number><unit>` term of a Go duration at the start of `s`: its nanoseconds and the
+/// rest of `s`.
+fn duration_term(s: &[u8]) -> Result<(u64, &[u8]), &'static str> {
+    if !s.first().is_some_and(|&c| c == b'.' || c.is_ascii_digit()) {
+        return Err(INVALID_DURATION);
+    }
+    let (mut v, int_len) = leading_int(s)?;
+    let mut s = &s[int_len..];
+    let (mut f, mut scale, mut post) = (0u64, 1f64, false);
+    if s.first() == Some(&b'.') {
+        let frac_len;
+        (f, scale, frac_len) = leading_fraction(&s[1..]);
+        post = frac_len > 0;
+        s = &s[1 + frac_len..];
+    }
+    if int_len == 0 && !post {
+        return Err(INVALID_DURATION);
+    }
+    let (unit, unit_len) = unit_nanos(s)?;
+    s = &s[unit_len..];
+    if v > DURATION_LIMIT / unit {
+        return Err(INVALID_DURATION);
+    }
+    v *= unit;
+    if f > 0 {
+        // Float as Go does: nanosecond-accurate for fractions of hours.
+        v += (f as f64 * (unit as f64 / scale)) as u64;
+        if v > DURATION_LIMIT {
+            return Err(INVALID_DURATION);
+        }
+    }
+    Ok((v, s))
+}
+
+/// The integer part of a term and its length; overflow is an error.
+fn leading_int(s: &[u8]) -> Result<(u64, usize), &'static str> {
+    let len = s.iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut v: u64 = 0;
+    for &c in &s[..len] {
+        if v > DURATION_LIMIT / 10 {
+            return Err(INVALID_DURATION);
+        }
+        v = v * 10 + u64::from(c - b'0');
+        if v > DURATION_LIMIT {
+            return Err(INVALID_DURATION);
+        }
+    }
+    Ok((v, len))
+}
+
+/// The digits after a term's `.`: (value, its scale, their length); overflow only stops
+/// accumulating precision.
+fn leading_fraction(s: &[u8]) -> (u64, f64, usize) {
+    let len = s.iter().take_while(|c| c.is_ascii_digit()).count();
+    let (mut f, mut scale) = (0u64, 1f64);
+    for &c in &s[..len] {
+        if f > (DURATION_LIMIT - 1) / 10 {
+            break;
+        }
+        let y = f * 10 + u64::from(c - b'0');
+        if y > DURATION_LIMIT {
+            break;
+        }
+        f = y;
+        scale *= 10.0;
+    }
+    (f, scale, len)
+}
+
+/// A term's unit at the start of `s`: nanoseconds per unit, and its length.
+fn unit_nanos(s: &[u8]) -> Result<(u64, usize), &'static str> {
+    let len = s
+        .iter()
+        .take_while(|&&c| !(c == b'.' || c.is_ascii_digit()))
+        .count();
+    if len == 0 {
+        return Err("missing unit in duration");
+    }
+    let unit = match &s[..len] {
+        b"ns" => 1,
+        // us, µs (U+00B5) and μs (U+03BC).
+        b"us" | b"\xc2\xb5s" | b"\xce\xbcs" => 1_000,
+        b"ms" => 1_000_000,
+        b"s" => 1_000_000_000,
+        b"m" => 60_000_000_000,
+        b"h" => 3_600_000_000_000,
+        _ => return Err("unknown unit in duration"),
+    };
+    Ok((unit, len))
 }
 
 /// Upstream's `parseRolloutSize`: an int, or a string `<float>%`.
