@@ -426,22 +426,8 @@ fn claims(
             drop(Dropped::UnknownCluster);
             continue;
         }
-        let node = || s.labels.get("node").map(|n| shown(n));
         if let Some(kind) = s.labels.get(CONFLICT_LABEL) {
-            let kind = match kind.as_str() {
-                "node_state" => "node_state",
-                "pod_requests" => "pod_requests",
-                "pod_phase" => "pod_phase",
-                _ => "other",
-            };
-            marked.push((
-                cluster.clone(),
-                Conflict {
-                    metric,
-                    node: node(),
-                    what: Disagreement::Marked(kind),
-                },
-            ));
+            marked.push((cluster.clone(), marked_conflict(metric, s, kind)));
             continue;
         }
         let value = match s.labels.get(VALUE_LABEL) {
@@ -464,6 +450,31 @@ fn claims(
     for (cluster, conflict) in marked {
         out.conflicts.entry(cluster).or_insert(conflict);
     }
+    settle(metric, seen, out)
+}
+
+/// A series the query marked as a conflict (`kind`: which; a closed set).
+fn marked_conflict(metric: Metric, s: &Sample, kind: &str) -> Conflict {
+    let kind = match kind {
+        "node_state" => "node_state",
+        "pod_requests" => "pod_requests",
+        "pod_phase" => "pod_phase",
+        _ => "other",
+    };
+    Conflict {
+        metric,
+        node: s.labels.get("node").map(|n| shown(n)),
+        what: Disagreement::Marked(kind),
+    }
+}
+
+/// One value per (cluster, node) when every claim agrees; a cluster whose claims disagree
+/// gets a conflict (its first, if it has one already) and no value.
+fn settle(
+    metric: Metric,
+    seen: BTreeMap<(String, String), BTreeSet<u64>>,
+    out: &mut Assembled,
+) -> BTreeMap<(String, String), f64> {
     let mut claims = BTreeMap::new();
     for ((cluster, node), bits) in seen {
         let mut distinct = bits.into_iter().map(f64::from_bits);
