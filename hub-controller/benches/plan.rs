@@ -11,6 +11,7 @@ use ocm_api::addon::v1alpha1::ClusterManagementAddOn;
 use ocm_api::cluster::v1beta1::PlacementDecision;
 use resource_usage_hub::manager::plan::{self, HealthMode, Settings, Snapshot};
 use resource_usage_hub::manager::render::AgentTemplate;
+use resource_usage_hub::manager::testing;
 use serde_json::json;
 
 const CLUSTERS: usize = 1_000;
@@ -80,7 +81,7 @@ fn fleet() -> Snapshot {
         decisions,
         clusters,
         placements: BTreeMap::new(),
-        now: jiff::Timestamp::from_second(1_800_000_000).ok(),
+        now: jiff::Timestamp::from_second(1_800_000_000).expect("a time"),
         ..Snapshot::default()
     }
 }
@@ -93,10 +94,10 @@ fn installed(s: &Settings) -> Snapshot {
         if p.actions.is_empty() {
             break;
         }
-        plan::apply_in_memory(&mut snap, &p.actions);
+        testing::apply_in_memory(&mut snap, &p.actions);
         let ready: Vec<String> = snap.works.keys().cloned().collect();
         for c in ready {
-            plan::report_work_in_memory(&mut snap, &c, true);
+            testing::report_work_in_memory(&mut snap, &c, true);
         }
     }
     assert_eq!(snap.works.len(), CLUSTERS, "the fleet did not settle");

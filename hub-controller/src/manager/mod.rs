@@ -1,11 +1,13 @@
-//! `resource-usage-hub manager`: the add-on manager. The decisions (install set, rendering,
-//! registration, health, rollout) are pure functions over a snapshot; `controller` watches,
-//! feeds them and writes what they say.
+//! `resource-usage-hub manager`: the add-on manager, as a pipeline. The decisions are pure
+//! functions over a snapshot (no client, no clock: the pass's time is in the snapshot):
+//! `plan` runs one pass over what `render` renders, `rollout` allows, `registration` grants
+//! and approves and `health` reports; `controller` watches, takes the snapshot, feeds the
+//! pass and writes what it planned.
 pub mod controller;
-pub mod csr;
 pub mod health;
-pub mod install;
 pub mod plan;
 pub mod registration;
 pub mod render;
 pub mod rollout;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
