@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use ocm_api::cluster::v1::ManagedClusterStatus;
 use ocm_api::wellknown::label;
 use ocm_api::*;
-use placement_scheduler::core::{Snapshot, schedule};
+use placement_core::{Snapshot, schedule};
 use serde_json::json;
 
 fn now() -> Timestamp {

@@ -4,7 +4,7 @@
 //! normal celSelector for scale. The core only, no control plane.
 //!
 //! ```sh
-//! cargo run --release -p placement-scheduler --example cel_budget -- 10000
+//! cargo run --release -p placement-core --example cel_budget -- 10000
 //! ```
 //!
 //! Without the pass budget, the hostile pass is timed on a sample of clusters and extrapolated
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use ocm_api::{ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement};
-use placement_scheduler::core::{Limits, Snapshot, schedule_with};
+use placement_core::{Limits, Snapshot, schedule_with};
 use serde_json::json;
 
 fn fleet(n: usize, limits: Limits) -> Snapshot {

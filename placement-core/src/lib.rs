@@ -8,7 +8,6 @@
 //! PlacementDecisions and the Placement status. Where we go further than upstream (spread,
 //! stable groups, ordered writes, score visibility) the module says so.
 
-pub mod cel;
 pub mod filter;
 pub mod groups;
 pub mod limits;
@@ -343,7 +342,7 @@ fn predicate_filter<'a>(
         match predicates.check(c, snapshot, &mut pool) {
             Ok(None) => kept.push(c),
             Ok(Some(why)) => dropped.push((c.name.clone(), why)),
-            Err(cel::PoolExhausted) => {
+            Err(ocm_cel::PoolExhausted) => {
                 return Err(limits::cel_budget_exceeded(&limits, false, i, total));
             }
         }

@@ -2,7 +2,7 @@
 //! for long:
 //!
 //! - a CEL budget for the whole pass, over all clusters: cost units (the same units as
-//!   upstream's per-expression limit and per-cluster budget, see [`super::cel`]) and wall
+//!   upstream's per-expression limit and per-cluster budget, see [`ocm_cel`]) and wall
 //!   time. The core reads no clock: the caller passes a [`Deadline`], looked at every
 //!   [`DEADLINE_EVERY`] clusters or [`DEADLINE_EVERY_UNITS`] units;
 //! - the number of list items in the spec. Upstream's CRD bounds only `spreadConstraints`
@@ -18,8 +18,8 @@ use std::time::Duration;
 use ocm_api::PlacementSpec;
 use ocm_api::wellknown::limits::MAX_SPREAD_CONSTRAINTS;
 
-use super::cel::RUNTIME_COST_BUDGET;
 use super::status::{Code, Limit, Status};
+use ocm_cel::RUNTIME_COST_BUDGET;
 
 /// The default CEL cost budget of one pass: ten clusters' full per-cluster budgets, or 10,000
 /// units per cluster (a 100 x 100 comprehension) on a 10,000-cluster fleet; a simple
@@ -34,7 +34,7 @@ pub const DEFAULT_MAX_LIST_ITEMS: usize = 1000;
 /// Clusters evaluated between two looks at the deadline (cheap selectors)...
 pub const DEADLINE_EVERY: usize = 16;
 /// ...or units spent (expensive ones: a cluster may spend up to upstream's 10,000,000).
-pub const DEADLINE_EVERY_UNITS: u64 = super::cel::PER_CALL_LIMIT;
+pub const DEADLINE_EVERY_UNITS: u64 = ocm_cel::PER_CALL_LIMIT;
 
 /// The scheduler's limits on one pass (set once, from flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

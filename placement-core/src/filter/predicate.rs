@@ -8,9 +8,9 @@ use ocm_api::cluster::v1beta1::ClusterPredicate;
 use ocm_api::selector::Selector;
 
 use super::DropReason;
-use crate::core::cel::{CelSelector, CompileError, PoolExhausted, ScoreSource};
-use crate::core::snapshot::ClusterInfo;
-use crate::core::status::{Code, Status};
+use crate::snapshot::ClusterInfo;
+use crate::status::{Code, Status};
+use ocm_cel::{CelSelector, CompileError, PoolExhausted, ScoreSource};
 
 pub const NAME: &str = "Predicate";
 

@@ -13,7 +13,7 @@ use ocm_api::cluster::v1beta1::Toleration;
 use ocm_api::wellknown::{taint_effect, toleration_operator};
 
 use super::DropReason;
-use crate::core::status::Status;
+use crate::status::Status;
 
 pub const NAME: &str = "TaintToleration";
 

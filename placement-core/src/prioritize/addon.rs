@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use ocm_api::cluster::v1beta1::AddOnScore;
 use ocm_api::wellknown::limits;
 
-use crate::core::snapshot::{ClusterInfo, MaxScoreValidity, ScoreCell, Snapshot};
+use crate::snapshot::{ClusterInfo, MaxScoreValidity, ScoreCell, Snapshot};
 
 pub struct AddOnScores {
     pub scores: Vec<Option<i64>>,

@@ -21,8 +21,8 @@ use ocm_api::wellknown::{limits, topology_key_type};
 use serde::Deserialize;
 
 use super::normalise;
-use crate::core::snapshot::ClusterInfo;
-use crate::core::status::Status;
+use crate::snapshot::ClusterInfo;
+use crate::status::Status;
 
 /// The Placement annotation that carries affinity spread terms.
 pub const ANNOTATION: &str = "scheduling.ocm-placement.io/topology-affinity";

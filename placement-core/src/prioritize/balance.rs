@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::core::snapshot::{ClusterInfo, Snapshot};
+use crate::snapshot::{ClusterInfo, Snapshot};
 
 pub fn score(
     snapshot: &Snapshot,

@@ -13,7 +13,7 @@ use ocm_api::wellknown::label;
 use ocm_api::*;
 use serde_json::json;
 
-use crate::core::{Outcome, Snapshot, schedule};
+use crate::{Outcome, Snapshot, schedule};
 
 pub fn now() -> Timestamp {
     "2026-06-01T12:00:00Z".parse().unwrap()
@@ -210,7 +210,7 @@ impl World {
         out
     }
     pub fn apply_outcome(&mut self, p: &mut Placement, out: &Outcome) {
-        crate::core::plan::never_drops_kept(
+        crate::plan::never_drops_kept(
             &self.snapshot.decisions_of(&out.namespace, &out.name),
             &out.writes,
         )
@@ -237,7 +237,7 @@ impl World {
     }
 }
 
-pub fn names(v: &[crate::core::Name]) -> Vec<&str> {
+pub fn names(v: &[crate::Name]) -> Vec<&str> {
     v.iter().map(|n| &**n).collect()
 }
 
@@ -277,5 +277,18 @@ pub fn dropped(o: &Outcome, i: usize) -> Vec<String> {
         .dropped
         .iter()
         .map(|(n, r)| format!("{n}: {r}"))
+        .collect()
+}
+
+/// Five clusters, `c1`..`c5`, in one set bound to `ns`.
+pub fn five() -> World {
+    World::new((1..=5).map(|i| cluster(&format!("c{i}"))).collect())
+}
+
+/// One summary line per planned write, in order.
+pub fn writes(o: &Outcome) -> Vec<String> {
+    o.writes
+        .iter()
+        .map(|w| crate::plan::summary(&w.write))
         .collect()
 }

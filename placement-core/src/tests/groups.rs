@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::fixtures::*;
-use crate::core::{Code, Outcome};
+use crate::{Code, Outcome};
 
 /// (index, name, decision names, cluster count) per group.
 fn groups(o: &Outcome) -> Vec<(i32, String, Vec<String>, i32)> {
@@ -90,7 +90,7 @@ fn canary_example_from_the_integration_test() {
         ]
     );
     assert!(o.writes.iter().any(|w| w.write
-        == crate::core::Write::Delete {
+        == crate::Write::Delete {
             name: "p-decision-3".into()
         }));
 }
@@ -171,8 +171,8 @@ fn a_bad_percentage_deletes_every_decision() {
     assert!(o.placement_status.decision_groups.is_empty());
     assert!(matches!(
         o.writes[..],
-        [crate::core::PlannedWrite {
-            write: crate::core::Write::Delete { .. },
+        [crate::PlannedWrite {
+            write: crate::Write::Delete { .. },
             ..
         }]
     ));

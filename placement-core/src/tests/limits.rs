@@ -7,10 +7,10 @@ use std::cell::Cell;
 use serde_json::{Value, json};
 
 use super::fixtures::*;
-use crate::core::cel::tests::FAIL_SPAWN;
-use crate::core::plan::limit_event;
-use crate::core::{Code, Limit, Limits, Outcome, schedule_with};
+use crate::plan::limit_event;
+use crate::{Code, Limit, Limits, Outcome, schedule_with};
 use ocm_api::Placement;
+use ocm_cel::test_hooks::FAIL_SPAWN;
 
 /// Clusters `c00`..`c<n>` with label env=prod, and placement `p` decided on all of them.
 fn decided(n: usize, limits: Limits) -> (World, Placement) {
@@ -26,7 +26,7 @@ fn decided(n: usize, limits: Limits) -> (World, Placement) {
 }
 
 /// `p` with `spec`, scheduled: asserts that nothing is written and the decisions are kept.
-fn held(w: &World, p: &Placement, spec: Value, deadline: &dyn crate::core::Deadline) -> Outcome {
+fn held(w: &World, p: &Placement, spec: Value, deadline: &dyn crate::Deadline) -> Outcome {
     let mut changed = p.clone();
     changed.spec = serde_json::from_value(spec).unwrap();
     let out = schedule_with(&w.snapshot, &changed, now(), &mut (), deadline);
@@ -317,7 +317,7 @@ fn a_limit_warns_once_per_change_of_the_condition() {
     assert_eq!(
         (event.type_, event.reason, event.action),
         (
-            crate::core::EventType::Warning,
+            crate::EventType::Warning,
             "CELBudgetExceeded",
             "SchedulingSkipped"
         )

@@ -1,6 +1,7 @@
 //! Table tests of the core: upstream's worked vectors and unit scenarios, the seeds'
 //! examples, groups (and regrouping when the spec changes), write ordering, and property tests.
 
+mod decisions;
 mod fixtures;
 mod groups;
 mod limits;

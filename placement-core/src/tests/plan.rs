@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::fixtures::*;
-use crate::core::plan::{self, EventContext, Replay, never_drops_kept};
+use crate::plan::{self, EventContext, Replay, never_drops_kept};
 use ocm_api::PlacementDecision;
 
 fn names(prefix: &str, r: std::ops::Range<usize>) -> Vec<String> {

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::fixtures::*;
-use crate::core::{Snapshot, schedule};
+use crate::{Snapshot, schedule};
 
 #[derive(Debug, Clone)]
 struct Spec {

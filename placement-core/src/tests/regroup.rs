@@ -10,8 +10,8 @@ use ocm_api::Placement;
 use serde_json::{Value, json};
 
 use super::fixtures::*;
-use crate::core::Outcome;
-use crate::core::groups::group_length;
+use crate::Outcome;
+use crate::groups::group_length;
 
 /// The layout in the notation above.
 fn render(o: &Outcome) -> String {

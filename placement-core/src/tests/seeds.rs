@@ -119,7 +119,7 @@ fn full_table() -> World {
     ])
 }
 
-fn zones(o: &crate::core::Outcome) -> Vec<String> {
+fn zones(o: &crate::Outcome) -> Vec<String> {
     let mut z: Vec<String> = o
         .selected
         .iter()

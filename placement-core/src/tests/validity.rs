@@ -7,8 +7,8 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
 use super::fixtures::*;
-use crate::core::snapshot::MaxScoreValidity;
-use crate::core::{CappedScore, Code, EventType, Outcome};
+use crate::snapshot::MaxScoreValidity;
+use crate::{CappedScore, Code, EventType, Outcome};
 
 const TEN_YEARS: i64 = 10 * 365 * 24 * 3600;
 
@@ -165,7 +165,7 @@ fn capped_scores_are_noted_once_per_score_and_make_one_warning_event() {
         "{:?}",
         o.notes
     );
-    let e = crate::core::plan::validity_capped_event(&o.validity_capped).expect("an event");
+    let e = crate::plan::validity_capped_event(&o.validity_capped).expect("an event");
     assert_eq!(
         (e.type_, e.reason),
         (EventType::Warning, "ScoreValidityCapped")
@@ -181,10 +181,10 @@ fn capped_scores_are_noted_once_per_score_and_make_one_warning_event() {
         "{}",
         e.note
     );
-    assert!(crate::core::plan::validity_capped_event(&[]).is_none());
+    assert!(crate::plan::validity_capped_event(&[]).is_none());
     // The default bound is 10 minutes.
     assert_eq!(
-        crate::core::Snapshot::new().max_score_validity(),
+        crate::Snapshot::new().max_score_validity(),
         MaxScoreValidity(Some(SignedDuration::from_mins(10)))
     );
 }
