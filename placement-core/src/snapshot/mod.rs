@@ -27,8 +27,11 @@ use ocm_api::{
 use cow::{Chunked, ShardedMap};
 use ocm_cel::{CelCluster, ScoreSource};
 
+/// The copy-on-write containers behind the large indexes.
 mod cow;
+/// Reads, and the views derived on first use (topologies, score columns, set members).
 mod read;
+/// The watches' upserts and removals, and the indexes and caches each one touches.
 mod update;
 
 /// A cluster's name, shared between the snapshot and outcomes without copying.
