@@ -94,7 +94,7 @@ pub async fn run(
     )
     .await?;
     let valid_until = rfc3339(jiff::Timestamp::now() + jiff::SignedDuration::from_mins(1000));
-    let mut ctl = Controller::start(
+    let ctl = Controller::start(
         env,
         kind,
         &hub,
@@ -252,9 +252,9 @@ pub async fn run(
 async fn wait_quiet(hub: &Hub, quiet: Duration, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     let writes = async || -> Result<f64> {
-        Ok(crate::api_writes(&crate::apiserver_requests(
-            &hub.apiserver_metrics().await?,
-        )))
+        Ok(crate::measure::api_writes(
+            &crate::measure::apiserver_requests(&hub.apiserver_metrics().await?),
+        ))
     };
     let mut last = writes().await?;
     let mut since = Instant::now();
@@ -332,7 +332,7 @@ impl Outcome {
         let per = match self.shape {
             Shape::Moves => format!(
                 "{:.2} apiserver writes per move ({} decision writes)",
-                crate::api_writes(&w.apiserver) / self.moves() as f64,
+                crate::measure::api_writes(&w.apiserver) / self.moves() as f64,
                 num(self.decision_writes())
             ),
             Shape::Burst => format!(
@@ -341,7 +341,7 @@ impl Outcome {
                 ms(self.burst_span),
                 num(w.passes / self.placements as f64),
                 self.decision_writes() / self.placements as f64,
-                num(crate::api_writes(&w.apiserver))
+                num(crate::measure::api_writes(&w.apiserver))
             ),
         };
         format!(
@@ -400,7 +400,7 @@ pub fn section(results: &[Outcome]) -> String {
             pair(&|r| secs(r.window.controller_cpu)),
             pair(&|r| format!(
                 "{:.2}",
-                crate::api_writes(&r.window.apiserver) / r.moves() as f64
+                crate::measure::api_writes(&r.window.apiserver) / r.moves() as f64
             )),
             pair(&|r| format!("{:.2}", r.window.passes / r.placements as f64)),
         );
