@@ -22,8 +22,13 @@
 //!
 //! CPU time comes from `/proc/<pid>/stat`, memory from `/proc/<pid>/status`, the recompute
 //! cost from the agent's `score_provider_compute_duration_seconds` histogram. Everything is
-//! stopped at the end, on error and on Ctrl-C; the agent also gets `PR_SET_PDEATHSIG` through
-//! `setpriv` when installed.
+//! stopped at the end, on error and on Ctrl-C / SIGTERM; the agent also gets
+//! `PR_SET_PDEATHSIG` (testenv's processes).
+//!
+//! agent/examples/agent_scale/: this file holds the flags, the run and the report;
+//! `fleet.rs` what is created and the scores expected of it, `churn.rs` the steady window's
+//! churn, `agent.rs` the agent's binary and process. What every harness needs (ports, builds,
+//! processes, retries, polls, /metrics, /proc) is in `testenv`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;

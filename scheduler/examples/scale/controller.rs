@@ -31,8 +31,11 @@ pub(crate) struct Controller {
 }
 
 impl Controller {
-    pub(crate) async fn start(env: &Env<'_>, kind: Kind, hub: &Hub, log: PathBuf) -> Result<Self> {
+    /// Starts it on `hub`, its log `<hub's name>.controller.log` in the work dir; waits until
+    /// it is ready.
+    pub(crate) async fn start(env: &Env<'_>, kind: Kind, hub: &Hub) -> Result<Self> {
         let args = env.args;
+        let log = env.work_dir.join(format!("{}.controller.log", hub.ns));
         let bin = env.binary(kind)?;
         let metrics = SocketAddr::from(([127, 0, 0, 1], testenv::ports::free()?));
         let mut cmd = Command::new(bin);

@@ -120,7 +120,7 @@ impl Hub {
         labels: impl Fn(usize) -> BTreeMap<String, String>,
         score: impl Fn(usize) -> i64,
     ) -> Result<()> {
-        let valid_until = rfc3339(jiff::Timestamp::now() + jiff::SignedDuration::from_mins(1000));
+        let valid_until = score_valid_until();
         let done = AtomicU64::new(0);
         let t = Instant::now();
         futures::stream::iter(0..n)
@@ -223,6 +223,11 @@ pub(crate) fn cluster_name(i: usize) -> String {
 
 pub(crate) fn placement_name(i: usize) -> String {
     format!("p-{i:05}")
+}
+
+/// A score's `validUntil` for scores written now: 1,000 minutes on, past any run.
+pub(crate) fn score_valid_until() -> String {
+    rfc3339(jiff::Timestamp::now() + jiff::SignedDuration::from_mins(1000))
 }
 
 /// RFC 3339 at whole seconds, as the API stores times.

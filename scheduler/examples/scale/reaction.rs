@@ -102,6 +102,23 @@ impl DecisionWatch {
         DecisionWatch { seen, rx, task }
     }
 
+    /// Waits until each of the placements `p-00000`... `p-<n-1>` has decisions exactly `want`;
+    /// returns the latest time the watch saw one of them get there, or `floor` if later (None:
+    /// not all by `deadline`).
+    pub(crate) async fn wait_all(
+        &mut self,
+        n: usize,
+        want: &BTreeSet<String>,
+        deadline: Instant,
+        floor: Instant,
+    ) -> Option<Instant> {
+        let mut last = floor;
+        for i in 0..n {
+            last = last.max(self.wait_for(&placement_name(i), want, deadline).await?);
+        }
+        Some(last)
+    }
+
     /// Waits until the placement's decisions are exactly `want`; returns when the watch saw
     /// that (None: not by `deadline`).
     pub(crate) async fn wait_for(
@@ -231,15 +248,9 @@ pub(crate) async fn reaction(
     )
     .await?;
     let fleet_setup = t.elapsed();
-    let valid_until = rfc3339(jiff::Timestamp::now() + jiff::SignedDuration::from_mins(1000));
+    let valid_until = score_valid_until();
 
-    let ctl = Controller::start(
-        env,
-        kind,
-        &hub,
-        env.work_dir.join(format!("{name}.controller.log")),
-    )
-    .await?;
+    let ctl = Controller::start(env, kind, &hub).await?;
     let mut watch = DecisionWatch::start(&hub.client, &hub.ns);
     let mut scores: Vec<Vec<i64>> = (0..placements)
         .map(|_| (0..group).map(|j| 10 + j as i64).collect())
@@ -294,28 +305,16 @@ pub(crate) async fn reaction(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let p0 = Point::take(&hub, &ctl).await?;
 
-    let mut score_lat = Latencies::default();
-    for k in 0..args.changes {
-        ctl.check_alive()?;
-        let g = k % placements;
-        let (g_scores, g_tainted) = (&mut scores[g], &tainted[g]);
-        score_update(
-            &hub,
-            &mut watch,
-            args,
-            &valid_until,
-            g,
-            group,
-            g_scores,
-            g_tainted,
-        )
-        .await?
-        .record(&mut score_lat, &format!("[{name}] score update {k}"));
-        if (k + 1) % 25 == 0 {
-            eprintln!("[{name}] {} score updates measured", k + 1);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let rounds = ScoreRounds {
+        hub: &hub,
+        ctl: &ctl,
+        args,
+        valid_until: &valid_until,
+        group,
+    };
+    let score_lat = rounds
+        .measure(&mut watch, &name, "", &mut scores, &tainted)
+        .await?;
 
     let clusters_api: Api<ManagedCluster> = Api::all(hub.client.clone());
     let mut taint_lat = Latencies::default();
@@ -370,28 +369,9 @@ pub(crate) async fn reaction(
             "[{name}] hostile placement created; {} score updates follow while it is scheduled",
             args.changes
         );
-        let mut lat = Latencies::default();
-        for k in 0..args.changes {
-            ctl.check_alive()?;
-            let g = k % placements;
-            let (g_scores, g_tainted) = (&mut scores[g], &tainted[g]);
-            score_update(
-                &hub,
-                &mut watch,
-                args,
-                &valid_until,
-                g,
-                group,
-                g_scores,
-                g_tainted,
-            )
-            .await?
-            .record(&mut lat, &format!("[{name}] score update {k} (hostile)"));
-            if (k + 1) % 25 == 0 {
-                eprintln!("[{name}] {} score updates measured (hostile)", k + 1);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let lat = rounds
+            .measure(&mut watch, &name, " (hostile)", &mut scores, &tainted)
+            .await?;
         eprintln!(
             "[{name}] the hostile placement was re-triggered {} times",
             busy.stop().await
@@ -526,6 +506,50 @@ impl Measured {
 /// One score update in group `g` that makes another cluster of the group its best, measured
 /// until the watch shows the placement's decision moved there.
 #[allow(clippy::too_many_arguments)]
+/// `--changes` score updates, one placement after the other, each measured.
+struct ScoreRounds<'a> {
+    hub: &'a Hub,
+    ctl: &'a Controller,
+    args: &'a Args,
+    valid_until: &'a str,
+    group: usize,
+}
+
+impl ScoreRounds<'_> {
+    /// `scores` and `tainted` hold each placement's group (`suffix` marks the log lines).
+    async fn measure(
+        &self,
+        watch: &mut DecisionWatch,
+        name: &str,
+        suffix: &str,
+        scores: &mut [Vec<i64>],
+        tainted: &[Vec<bool>],
+    ) -> Result<Latencies> {
+        let mut lat = Latencies::default();
+        for k in 0..self.args.changes {
+            self.ctl.check_alive()?;
+            let g = k % scores.len();
+            score_update(
+                self.hub,
+                watch,
+                self.args,
+                self.valid_until,
+                g,
+                self.group,
+                &mut scores[g],
+                &tainted[g],
+            )
+            .await?
+            .record(&mut lat, &format!("[{name}] score update {k}{suffix}"));
+            if (k + 1) % 25 == 0 {
+                eprintln!("[{name}] {} score updates measured{suffix}", k + 1);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(lat)
+    }
+}
+
 pub(crate) async fn score_update(
     hub: &Hub,
     watch: &mut DecisionWatch,

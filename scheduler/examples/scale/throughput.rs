@@ -51,13 +51,7 @@ pub(crate) async fn throughput(
     let fleet_setup = t.elapsed();
 
     let t = Instant::now();
-    let ctl = Controller::start(
-        env,
-        kind,
-        &hub,
-        env.work_dir.join(format!("{name}.controller.log")),
-    )
-    .await?;
+    let ctl = Controller::start(env, kind, &hub).await?;
     let controller_ready = t.elapsed();
     eprintln!(
         "[{name}] fleet in {fleet_setup:.1?}, controller (pid {}) ready in {controller_ready:.1?}; creating {placements} placements",
