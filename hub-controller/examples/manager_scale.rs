@@ -56,10 +56,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    testenv::harness::main("the manager, kube-apiserver and etcd", async {
-        println!("{}", run(&args).await?);
-        Ok(())
-    })
+    testenv::harness::main_printing("the manager, kube-apiserver and etcd", run(&args))
 }
 
 fn name(i: usize) -> String {

@@ -119,10 +119,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    testenv::harness::main("the agent, kube-apiserver and etcd", async {
-        println!("{}", run(&args).await?);
-        Ok(())
-    })
+    testenv::harness::main_printing("the agent, kube-apiserver and etcd", run(&args))
 }
 
 async fn run(args: &Args) -> Result<String> {

@@ -505,7 +505,6 @@ impl Measured {
 
 /// One score update in group `g` that makes another cluster of the group its best, measured
 /// until the watch shows the placement's decision moved there.
-#[allow(clippy::too_many_arguments)]
 /// `--changes` score updates, one placement after the other, each measured.
 struct ScoreRounds<'a> {
     hub: &'a Hub,
@@ -529,18 +528,9 @@ impl ScoreRounds<'_> {
         for k in 0..self.args.changes {
             self.ctl.check_alive()?;
             let g = k % scores.len();
-            score_update(
-                self.hub,
-                watch,
-                self.args,
-                self.valid_until,
-                g,
-                self.group,
-                &mut scores[g],
-                &tainted[g],
-            )
-            .await?
-            .record(&mut lat, &format!("[{name}] score update {k}{suffix}"));
+            self.update(watch, g, &mut scores[g], &tainted[g])
+                .await?
+                .record(&mut lat, &format!("[{name}] score update {k}{suffix}"));
             if (k + 1) % 25 == 0 {
                 eprintln!("[{name}] {} score updates measured{suffix}", k + 1);
             }
@@ -548,56 +538,56 @@ impl ScoreRounds<'_> {
         }
         Ok(lat)
     }
-}
 
-pub(crate) async fn score_update(
-    hub: &Hub,
-    watch: &mut DecisionWatch,
-    args: &Args,
-    valid_until: &str,
-    g: usize,
-    group: usize,
-    scores: &mut [i64],
-    tainted: &[bool],
-) -> Result<Measured> {
-    let best = (0..group)
-        .filter(|j| !tainted[*j])
-        .max_by(|a, b| scores[*a].cmp(&scores[*b]).then(b.cmp(a)))
-        .ok_or("no candidate left")?;
-    let target = (1..group)
-        .map(|d| (best + d) % group)
-        .find(|j| !tainted[*j])
-        .ok_or("no other candidate")?;
-    let value = scores[best] + 1;
-    if value > 100 {
-        return Err("reaction: scores would exceed 100; use fewer changes".into());
-    }
-    scores[target] = value;
-    let cluster = cluster_name(g * group + target);
-    let body = json!({"status": {"scores": [{"name": "demo", "value": value}], "validUntil": valid_until}});
-    let api = Api::<AddOnPlacementScore>::namespaced(hub.client.clone(), &cluster);
-    let sent = Instant::now();
-    let (pp, patch) = (PatchParams::default(), Patch::Merge(&body));
-    retry(|| api.patch_status("demo", &pp, &patch)).await?;
-    hub.count("PATCH", "addonplacementscores/status", 1.0);
-    let write = sent.elapsed();
-    let want = BTreeSet::from([cluster.clone()]);
-    Ok(
-        match watch
-            .wait_for(&placement_name(g), &want, sent + args.change_timeout)
-            .await
-        {
-            Some(at) => Measured::Moved(at.saturating_duration_since(sent), write),
-            None => Measured::TimedOut(
-                write,
-                format!(
-                    "{} did not move to {cluster} within {:?}",
-                    placement_name(g),
-                    args.change_timeout
+    /// One score update for placement `g` (its group's `scores`, `tainted`): another cluster of
+    /// the group made the best; measured until the watch shows the decision moved.
+    async fn update(
+        &self,
+        watch: &mut DecisionWatch,
+        g: usize,
+        scores: &mut [i64],
+        tainted: &[bool],
+    ) -> Result<Measured> {
+        let (hub, args, valid_until, group) = (self.hub, self.args, self.valid_until, self.group);
+        let best = (0..group)
+            .filter(|j| !tainted[*j])
+            .max_by(|a, b| scores[*a].cmp(&scores[*b]).then(b.cmp(a)))
+            .ok_or("no candidate left")?;
+        let target = (1..group)
+            .map(|d| (best + d) % group)
+            .find(|j| !tainted[*j])
+            .ok_or("no other candidate")?;
+        let value = scores[best] + 1;
+        if value > 100 {
+            return Err("reaction: scores would exceed 100; use fewer changes".into());
+        }
+        scores[target] = value;
+        let cluster = cluster_name(g * group + target);
+        let body = json!({"status": {"scores": [{"name": "demo", "value": value}], "validUntil": valid_until}});
+        let api = Api::<AddOnPlacementScore>::namespaced(hub.client.clone(), &cluster);
+        let sent = Instant::now();
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(&body));
+        retry(|| api.patch_status("demo", &pp, &patch)).await?;
+        hub.count("PATCH", "addonplacementscores/status", 1.0);
+        let write = sent.elapsed();
+        let want = BTreeSet::from([cluster.clone()]);
+        Ok(
+            match watch
+                .wait_for(&placement_name(g), &want, sent + args.change_timeout)
+                .await
+            {
+                Some(at) => Measured::Moved(at.saturating_duration_since(sent), write),
+                None => Measured::TimedOut(
+                    write,
+                    format!(
+                        "{} did not move to {cluster} within {:?}",
+                        placement_name(g),
+                        args.change_timeout
+                    ),
                 ),
-            ),
-        },
-    )
+            },
+        )
+    }
 }
 
 /// How often the hostile placement is touched (an annotation) so that it is scheduled again.

@@ -9,6 +9,17 @@ use std::time::Duration;
 /// What a harness's scenario fails with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// [`main`] for a scenario that returns its report: printed to stdout at the end.
+pub fn main_printing<F>(stopping: &str, scenario: F) -> ExitCode
+where
+    F: Future<Output = Result<String, BoxError>>,
+{
+    main(stopping, async {
+        println!("{}", scenario.await?);
+        Ok(())
+    })
+}
+
 /// Runs `scenario` to its end: exit 0, or 1 with the error printed; 130 on Ctrl-C, 143 on
 /// SIGTERM, after saying that `stopping` ("the controller, kube-apiserver and etcd") stops.
 pub fn main<F>(stopping: &str, scenario: F) -> ExitCode
