@@ -77,11 +77,5 @@ pub async fn metric(port: u16, name: &str) -> f64 {
     let Ok((_, body)) = testenv::http::get(([127, 0, 0, 1], port).into(), "/metrics").await else {
         return 0.0;
     };
-    body.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    testenv::scrape::total(&body, name)
 }
