@@ -66,8 +66,17 @@ pub fn valid_until(s: &AddOnPlacementScore) -> Option<jiff::Timestamp> {
 }
 
 pub async fn score(client: &Client, cluster: &str) -> Option<AddOnPlacementScore> {
+    score_named(client, cluster, RESOURCE_USAGE_SCORE).await
+}
+
+/// `cluster`'s score object named `name` (a scorer's `--score-name`).
+pub async fn score_named(
+    client: &Client,
+    cluster: &str,
+    name: &str,
+) -> Option<AddOnPlacementScore> {
     Api::<AddOnPlacementScore>::namespaced(client.clone(), cluster)
-        .get_opt(RESOURCE_USAGE_SCORE)
+        .get_opt(name)
         .await
         .ok()
         .flatten()
