@@ -4,7 +4,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSON, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
-use kube::CustomResourceExt;
+use kube_core::CustomResourceExt;
 
 use crate::{
     AddOnDeploymentConfig, AddOnPlacementScore, ClusterManagementAddOn, ManagedCluster,

@@ -16,8 +16,7 @@
 //! unrelated event a second so that passes run); then an edit of the config, timed until every
 //! work carries the new rendering.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -30,9 +29,11 @@ use ocm_api::addon::v1alpha1::{AddOnDeploymentConfig, ClusterManagementAddOn};
 use ocm_api::cluster::v1beta1::PlacementDecision;
 use ocm_api::work::v1::ManifestWork;
 use serde_json::json;
-use testenv::procfs;
+use testenv::harness::BoxError;
+use testenv::process::ChildProcess;
+use testenv::scrape::{self, total as counter};
+use testenv::{procfs, wait};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
 
 const ADDON: &str = "resource-usage-collect";
@@ -55,26 +56,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(&args)) {
-        Ok(report) => {
-            println!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    testenv::harness::main_printing("the manager, kube-apiserver and etcd", run(&args))
 }
 
 fn name(i: usize) -> String {
@@ -82,7 +64,12 @@ fn name(i: usize) -> String {
 }
 
 async fn run(args: &Args) -> Result<String> {
-    let binary = manager_binary(args.no_build)?;
+    let binary = testenv::build::workspace_binary(
+        "resource-usage-hub",
+        "resource-usage-hub",
+        testenv::build::Profile::Release,
+        !args.no_build,
+    )?;
     eprintln!("starting the control plane");
     let cp = testenv::ControlPlane::start(testenv::Options::default().with_upstream_crds()).await?;
     let client = cp.client()?;
@@ -146,31 +133,31 @@ async fn run(args: &Args) -> Result<String> {
     std::fs::create_dir_all(&dir)?;
     let kubeconfig = dir.join("kubeconfig");
     cp.write_kubeconfig(&kubeconfig)?;
-    let port = free_port()?;
+    let port = testenv::ports::free()?;
+    let metrics_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     eprintln!("{n} clusters ready after {fleet_secs:.1} s; starting the manager");
     let t0 = Instant::now();
-    let mut manager = Process(
-        Command::new(&binary)
-            .args([
-                "manager",
-                "--agent-image=quay.io/ocm-placement/resource-usage-agent:scale",
-                "--leader-elect=false",
-                "--log-format=json",
-                "--client-qps=200",
-                "--client-burst=400",
-            ])
-            .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
-            .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()?,
-    );
-    let pid = manager.0.id();
+    let mut cmd = Command::new(&binary);
+    cmd.args([
+        "manager",
+        "--agent-image=quay.io/ocm-placement/resource-usage-agent:scale",
+        "--leader-elect=false",
+        "--log-format=json",
+        "--client-qps=200",
+        "--client-burst=400",
+    ])
+    .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
+    .env("KUBECONFIG", &kubeconfig)
+    .env("RUST_LOG", "warn")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::inherit());
+    let manager = ChildProcess::start_unlogged("the manager", cmd)?;
+    let pid = manager.pid();
     let works = Api::<ManifestWork>::all(client.clone());
     let selector =
         ListParams::default().labels(&format!("open-cluster-management.io/addon-name={ADDON}"));
-    wait(Duration::from_secs(600), || {
+    wait::poll(Duration::from_secs(600), Duration::from_millis(200), || {
         let works = works.clone();
         let selector = selector.clone();
         async move {
@@ -183,15 +170,21 @@ async fn run(args: &Args) -> Result<String> {
     let install_secs = t0.elapsed().as_secs_f64();
     let install_cpu = procfs::cpu_time(pid).as_secs_f64();
     let peak_install = procfs::status_bytes(pid, "VmHWM");
-    manager.check()?;
+    manager.check_alive()?;
 
     // Settled: status writes done too (a pass with nothing to write). Events keep passes coming.
     let mut k = 0;
-    let mut last = counter(&metrics(port).await?, "addon_manager_writes_total");
+    let mut last = counter(
+        &scrape::get(metrics_addr).await?,
+        "addon_manager_writes_total",
+    );
     loop {
         poke(&decisions, &mut k).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = counter(&metrics(port).await?, "addon_manager_writes_total");
+        let now = counter(
+            &scrape::get(metrics_addr).await?,
+            "addon_manager_writes_total",
+        );
         if now == last {
             break;
         }
@@ -204,7 +197,7 @@ async fn run(args: &Args) -> Result<String> {
     let install_writes = last;
 
     // Steady: one unrelated event a second (a PlacementDecision of another placement).
-    let m0 = metrics(port).await?;
+    let m0 = scrape::get(metrics_addr).await?;
     let cpu0 = procfs::cpu_time(pid);
     let mut rss = Vec::new();
     let steady_start = Instant::now();
@@ -213,9 +206,9 @@ async fn run(args: &Args) -> Result<String> {
         rss.push(procfs::status_bytes(pid, "VmRSS"));
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let m1 = metrics(port).await?;
+    let m1 = scrape::get(metrics_addr).await?;
     let steady_cpu = (procfs::cpu_time(pid) - cpu0).as_secs_f64();
-    manager.check()?;
+    manager.check_alive()?;
     let passes =
         counter(&m1, "addon_manager_passes_total") - counter(&m0, "addon_manager_passes_total");
     let writes =
@@ -233,7 +226,10 @@ async fn run(args: &Args) -> Result<String> {
         .iter()
         .filter_map(|w| w.annotations().get(HASH).cloned())
         .collect();
-    let w0 = counter(&metrics(port).await?, "addon_manager_writes_total");
+    let w0 = counter(
+        &scrape::get(metrics_addr).await?,
+        "addon_manager_writes_total",
+    );
     let t1 = Instant::now();
     Api::<AddOnDeploymentConfig>::namespaced(client.clone(), HUB_NS)
         .patch(
@@ -242,7 +238,7 @@ async fn run(args: &Args) -> Result<String> {
             &Patch::Merge(json!({"spec": {"customizedVariables": [{"name": "REFRESH_PERIOD", "value": "30s"}]}})),
         )
         .await?;
-    wait(Duration::from_secs(600), || {
+    wait::poll(Duration::from_secs(600), Duration::from_millis(200), || {
         let old = old.clone();
         let works = works.clone();
         let selector = selector.clone();
@@ -259,9 +255,12 @@ async fn run(args: &Args) -> Result<String> {
     .await
     .ok_or("the new rendering did not reach every work within 10 minutes")?;
     let rollout_secs = t1.elapsed().as_secs_f64();
-    let rollout_writes = counter(&metrics(port).await?, "addon_manager_writes_total") - w0;
+    let rollout_writes = counter(
+        &scrape::get(metrics_addr).await?,
+        "addon_manager_writes_total",
+    ) - w0;
     let peak = procfs::status_bytes(pid, "VmHWM");
-    manager.check()?;
+    manager.check_alive()?;
     drop(manager);
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -321,91 +320,4 @@ async fn create_cluster(client: Client, name: String) -> Result<()> {
         .create(&PostParams::default(), &c)
         .await?;
     Ok(())
-}
-
-async fn wait<F, Fut>(deadline: Duration, mut f: F) -> Option<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<()>>,
-{
-    let start = Instant::now();
-    while start.elapsed() < deadline {
-        if f().await.is_some() {
-            return Some(());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    None
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-async fn metrics(port: u16) -> Result<String> {
-    let (code, body) = testenv::http::get(([127, 0, 0, 1], port).into(), "/metrics").await?;
-    if code != 200 {
-        return Err(format!("/metrics: HTTP {code}").into());
-    }
-    Ok(body)
-}
-
-/// The sum of a metric's samples (all label sets).
-fn counter(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-fn manager_binary(no_build: bool) -> Result<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    if !no_build {
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "resource-usage-hub",
-                "--bin",
-                "resource-usage-hub",
-            ])
-            .current_dir(&root)
-            .status()?;
-        if !status.success() {
-            return Err("cargo build failed".into());
-        }
-    }
-    let bin = root.join("target/release/resource-usage-hub");
-    if !bin.exists() {
-        return Err(format!(
-            "{} is missing (build it, or drop --no-build)",
-            bin.display()
-        )
-        .into());
-    }
-    Ok(bin)
-}
-
-struct Process(Child);
-
-impl Process {
-    fn check(&mut self) -> Result<()> {
-        match self.0.try_wait()? {
-            Some(status) => Err(format!("the manager exited: {status}").into()),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

@@ -251,7 +251,7 @@ fn scheduler_addon_score(
     status: &ocm_api::AddOnPlacementScoreStatus,
     now: jiff::Timestamp,
 ) -> i32 {
-    use placement_scheduler::core::{Snapshot, schedule};
+    use placement_core::{Snapshot, schedule};
     let mut snap = Snapshot::new();
     let mc: ocm_api::ManagedCluster = serde_json::from_value(json!({
         "metadata": { "name": cluster, "labels": { "cluster.open-cluster-management.io/clusterset": "s" } },

@@ -108,7 +108,7 @@ use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::core::{Code, Outcome};
+use placement_core::{Code, Outcome};
 
 /// The path prefix every request must start with.
 pub const DEBUG_PATH: &str = "/debug/placements/";

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use ocm_runtime::app::{self, App, AppArgs, Drain};
+use placement_core::Limits;
+use placement_core::limits;
+use placement_core::snapshot::MaxScoreValidity;
 use placement_scheduler::controller::{self, Handle, Leader, Options};
-use placement_scheduler::core::Limits;
-use placement_scheduler::core::limits;
-use placement_scheduler::core::snapshot::MaxScoreValidity;
 use placement_scheduler::simulate::{self, Objects, report};
 use placement_scheduler::upstream::{self, Invocation, UpstreamArgs};
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,7 @@ const COUNT_OR_PERCENT_PATTERN: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
 /// ManagedClusterAddOn of this add-on carries.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "addon.open-cluster-management.io",
     version = "v1alpha1",
     kind = "ClusterManagementAddOn",
@@ -364,6 +365,7 @@ pub struct InstallConfigReference {
 /// ClusterManagementAddOn's. The agent and the addon manager report its state in the status.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "addon.open-cluster-management.io",
     version = "v1alpha1",
     kind = "ManagedClusterAddOn",
@@ -525,6 +527,7 @@ impl Subject {
 /// proxy, namespace, resources). Referenced from add-on configs; it has no status.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "addon.open-cluster-management.io",
     version = "v1alpha1",
     kind = "AddOnDeploymentConfig",

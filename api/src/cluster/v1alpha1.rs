@@ -2,7 +2,7 @@
 //! (upstream `cluster/v1alpha1/types_addonplacementscore.go`).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 /// object's name is the `resourceName` that placements refer to. It has no spec.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "cluster.open-cluster-management.io",
     version = "v1alpha1",
     kind = "AddOnPlacementScore",

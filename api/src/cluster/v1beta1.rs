@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     Condition, LabelSelector, LabelSelectorRequirement, Time,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,7 @@ use crate::schema;
 /// every cluster of every clusterset bound to the namespace.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "cluster.open-cluster-management.io",
     version = "v1beta1",
     kind = "Placement",
@@ -334,6 +335,7 @@ pub struct DecisionGroupStatus {
 /// `<placement>-decision-<k>`. It has no spec.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "cluster.open-cluster-management.io",
     version = "v1beta1",
     kind = "PlacementDecision",

@@ -2,7 +2,7 @@
 //! (upstream `cluster/v1beta2/types_managedclusterset*.go`).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +12,7 @@ use crate::schema;
 /// clusterset label, or a label selector.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "cluster.open-cluster-management.io",
     version = "v1beta2",
     kind = "ManagedClusterSet",
@@ -65,6 +66,7 @@ pub struct ManagedClusterSetStatus {
 /// webhook requires `metadata.name == spec.clusterSet`; the scheduler reads only the name.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "cluster.open-cluster-management.io",
     version = "v1beta2",
     kind = "ManagedClusterSetBinding",

@@ -4,7 +4,7 @@
 //! untyped JSON; everything around them is typed.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +16,7 @@ const DNS_SUBDOMAIN_PATTERN: &str =
 /// that cluster's namespace on the hub; the agent reports per-manifest status back.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "work.open-cluster-management.io",
     version = "v1",
     kind = "ManifestWork",

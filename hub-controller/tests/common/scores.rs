@@ -66,8 +66,17 @@ pub fn valid_until(s: &AddOnPlacementScore) -> Option<jiff::Timestamp> {
 }
 
 pub async fn score(client: &Client, cluster: &str) -> Option<AddOnPlacementScore> {
+    score_named(client, cluster, RESOURCE_USAGE_SCORE).await
+}
+
+/// `cluster`'s score object named `name` (a scorer's `--score-name`).
+pub async fn score_named(
+    client: &Client,
+    cluster: &str,
+    name: &str,
+) -> Option<AddOnPlacementScore> {
     Api::<AddOnPlacementScore>::namespaced(client.clone(), cluster)
-        .get_opt(RESOURCE_USAGE_SCORE)
+        .get_opt(name)
         .await
         .ok()
         .flatten()
@@ -77,11 +86,5 @@ pub async fn metric(port: u16, name: &str) -> f64 {
     let Ok((_, body)) = testenv::http::get(([127, 0, 0, 1], port).into(), "/metrics").await else {
         return 0.0;
     };
-    body.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    testenv::scrape::total(&body, name)
 }

@@ -193,7 +193,7 @@ fn expected(c: &Cluster) -> BTreeMap<String, i32> {
 
 /// Which clusters a placement preferring free CPU selects, by the scheduling core.
 fn select(clusters: &[&str], scores: &[AddOnPlacementScore], n: i32) -> Vec<String> {
-    use placement_scheduler::core::{Snapshot, schedule};
+    use placement_core::{Snapshot, schedule};
     let mut snap = Snapshot::new();
     for c in clusters {
         let mc: ManagedCluster = serde_json::from_value(json!({

@@ -216,12 +216,7 @@ pub async fn apply(client: &Client, obj: Value) {
 }
 
 /// A free port on the loopback interface (free a moment ago).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+pub use testenv::free_port;
 
 /// The agent binary as a child process, killed when dropped.
 pub struct Agent {

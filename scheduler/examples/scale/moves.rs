@@ -22,7 +22,7 @@ use serde_json::json;
 
 use crate::{
     Controller, DecisionWatch, Env, Hub, Kind, Point, Result, Window, cluster_name, mb, ms, num,
-    percentile, placement_name, retry, rfc3339, secs,
+    percentile, placement_name, retry, score_valid_until, secs,
 };
 
 /// Scores at setup: cluster 0 is every placement's first choice.
@@ -93,14 +93,8 @@ pub async fn run(
         |i| if i == 0 { FIRST_BEST } else { OTHERS },
     )
     .await?;
-    let valid_until = rfc3339(jiff::Timestamp::now() + jiff::SignedDuration::from_mins(1000));
-    let mut ctl = Controller::start(
-        env,
-        kind,
-        &hub,
-        env.work_dir.join(format!("{name}.controller.log")),
-    )
-    .await?;
+    let valid_until = score_valid_until();
+    let ctl = Controller::start(env, kind, &hub).await?;
     let mut watch = DecisionWatch::start(&hub.client, &hub.ns);
     hub.create_placements(placements, args.concurrency, |_| {
         json!({
@@ -159,16 +153,7 @@ pub async fn run(
                 hub.count("PATCH", "addonplacementscores/status", 1.0);
                 let want = BTreeSet::from([cluster.clone()]);
                 let deadline = answered + args.change_timeout;
-                let mut last = Some(answered);
-                for i in 0..placements {
-                    match watch.wait_for(&placement_name(i), &want, deadline).await {
-                        Some(at) => last = last.map(|l| l.max(at)),
-                        None => {
-                            last = None;
-                            break;
-                        }
-                    }
-                }
+                let last = watch.wait_all(placements, &want, deadline, answered).await;
                 match last {
                     Some(at) => out.latencies.push(at.saturating_duration_since(answered)),
                     None => {
@@ -225,16 +210,7 @@ pub async fn run(
             hub.count("PATCH", "addonplacementscores/status", 1.0);
             let want = BTreeSet::from([target_name]);
             let deadline = Instant::now() + args.timeout;
-            let mut last = Some(started);
-            for i in 0..placements {
-                match watch.wait_for(&placement_name(i), &want, deadline).await {
-                    Some(at) => last = last.map(|l| l.max(at)),
-                    None => {
-                        last = None;
-                        break;
-                    }
-                }
-            }
+            let last = watch.wait_all(placements, &want, deadline, started).await;
             out.final_after = last.map(|at| at.saturating_duration_since(started));
             wait_quiet(&hub, QUIET, args.timeout).await?;
         }
@@ -252,9 +228,9 @@ pub async fn run(
 async fn wait_quiet(hub: &Hub, quiet: Duration, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     let writes = async || -> Result<f64> {
-        Ok(crate::api_writes(&crate::apiserver_requests(
-            &hub.apiserver_metrics().await?,
-        )))
+        Ok(crate::measure::api_writes(
+            &crate::measure::apiserver_requests(&hub.apiserver_metrics().await?),
+        ))
     };
     let mut last = writes().await?;
     let mut since = Instant::now();
@@ -332,7 +308,7 @@ impl Outcome {
         let per = match self.shape {
             Shape::Moves => format!(
                 "{:.2} apiserver writes per move ({} decision writes)",
-                crate::api_writes(&w.apiserver) / self.moves() as f64,
+                crate::measure::api_writes(&w.apiserver) / self.moves() as f64,
                 num(self.decision_writes())
             ),
             Shape::Burst => format!(
@@ -341,7 +317,7 @@ impl Outcome {
                 ms(self.burst_span),
                 num(w.passes / self.placements as f64),
                 self.decision_writes() / self.placements as f64,
-                num(crate::api_writes(&w.apiserver))
+                num(crate::measure::api_writes(&w.apiserver))
             ),
         };
         format!(
@@ -400,7 +376,7 @@ pub fn section(results: &[Outcome]) -> String {
             pair(&|r| secs(r.window.controller_cpu)),
             pair(&|r| format!(
                 "{:.2}",
-                crate::api_writes(&r.window.apiserver) / r.moves() as f64
+                crate::measure::api_writes(&r.window.apiserver) / r.moves() as f64
             )),
             pair(&|r| format!("{:.2}", r.window.passes / r.placements as f64)),
         );

@@ -15,7 +15,9 @@ use std::process::Command;
 
 use kube::Client;
 
-use crate::{Args, Result, Sample, parse_metrics};
+use testenv::scrape::{self, Sample};
+
+use crate::{Args, Result};
 
 /// Upstream's scheduling-pass histogram (`scheduling_` subsystem + `scheduling_duration_seconds`),
 /// the counterpart of ours `placement_scheduling_duration_seconds`.
@@ -98,7 +100,7 @@ pub async fn is_up(client: &Client) -> bool {
 /// measures what the apiserver and /proc show.
 pub async fn metrics(client: &Client) -> Vec<Sample> {
     match get(client, "/metrics").await {
-        Ok(text) => parse_metrics(&text),
+        Ok(text) => scrape::parse(&text),
         Err(e) => {
             eprintln!("warning: upstream's /metrics: {e}; its passes are not counted");
             Vec::new()

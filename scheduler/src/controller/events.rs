@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 
 use super::Leader;
 use super::metrics::{CacheLabels, Metrics};
-use crate::core::plan::{Event, EventType};
+use placement_core::plan::{Event, EventType};
 
 /// One event to publish, as a worker saw it.
 #[derive(Debug, Clone)]

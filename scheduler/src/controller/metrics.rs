@@ -9,9 +9,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::core::{filter, prioritize, select};
 use ocm_api::wellknown::{builtin_prioritizer as builtin, score_coordinate_type};
 use ocm_runtime::metrics::ClosedLabel;
+use placement_core::{filter, prioritize, select};
 
 /// `plugin_type`: what the core's `Laps` says.
 pub const PLUGIN_TYPES: ClosedLabel =
@@ -188,7 +188,7 @@ impl Metrics {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::core::{Laps, Snapshot, schedule_with};
+    use placement_core::{Laps, Snapshot, schedule_with};
     use serde_json::json;
     use std::sync::Arc;
 

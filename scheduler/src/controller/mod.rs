@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! watches -> State (Snapshot + Placements + Index) -> affected keys -> Queue
-//! workers: Queue -> core::schedule (from an Arc<Snapshot>, on the blocking pool, no lock)
+//! workers: Queue -> placement_core::schedule (from an Arc<Snapshot>, on the blocking pool, no lock)
 //!          -> Writer (ordered writes, events, status)
 //! ```
 //!
@@ -40,9 +40,9 @@ use ocm_api::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::core::{self, Code, Laps};
 use listing::{Change, Lister, gone};
 use metrics::Metrics;
+use placement_core::{Code, Laps};
 use queue::Queue;
 use state::{Shared, State};
 use triggers::{Key, SlotSet};
@@ -172,12 +172,12 @@ impl crate::debug::DebugSource for Handle {
             .cloned()
     }
 
-    fn schedule(&self, placement: &Placement) -> core::Outcome {
+    fn schedule(&self, placement: &Placement) -> placement_core::Outcome {
         // Not under the lock: a long pass must not hold up the watches.
         let snapshot = self.state.read().snapshot.share();
         let until = std::time::Instant::now() + snapshot.limits().cel_time;
         let deadline = || std::time::Instant::now() >= until;
-        core::schedule_with(&snapshot, placement, now_seconds(), &mut (), &deadline)
+        placement_core::schedule_with(&snapshot, placement, now_seconds(), &mut (), &deadline)
     }
 }
 
@@ -332,8 +332,8 @@ impl Ctx {
         &self,
         key: &Key,
         placement: &Placement,
-        snapshot: &core::Snapshot,
-        outcome: &core::Outcome,
+        snapshot: &placement_core::Snapshot,
+        outcome: &placement_core::Outcome,
         inputs: u64,
     ) {
         let balance = self.handle.state.read().index.uses_balance(key).then(|| {
@@ -619,10 +619,10 @@ struct Stopwatch<'a> {
 /// At most `Options::workers` passes run at once (each worker awaits its own).
 async fn schedule_pass(
     metrics: Arc<Metrics>,
-    snapshot: Arc<core::Snapshot>,
+    snapshot: Arc<placement_core::Snapshot>,
     placement: Arc<Placement>,
     now: Timestamp,
-) -> Result<(core::Outcome, writer::Versions), tokio::task::JoinError> {
+) -> Result<(placement_core::Outcome, writer::Versions), tokio::task::JoinError> {
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
         let mut laps = Stopwatch {
@@ -631,7 +631,8 @@ async fn schedule_pass(
         };
         let until = started + snapshot.limits().cel_time;
         let deadline = || std::time::Instant::now() >= until;
-        let outcome = core::schedule_with(&snapshot, &placement, now, &mut laps, &deadline);
+        let outcome =
+            placement_core::schedule_with(&snapshot, &placement, now, &mut laps, &deadline);
         metrics
             .scheduling_duration
             .observe(started.elapsed().as_secs_f64());
@@ -695,7 +696,7 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         ctx.queue.remove(key);
         return;
     };
-    if placement.metadata.deletion_timestamp.is_some() || core::is_disabled(&placement) {
+    if placement.metadata.deletion_timestamp.is_some() || placement_core::is_disabled(&placement) {
         return;
     }
     let scheduled = schedule_pass(
@@ -754,7 +755,8 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         Ok(again) => {
             ctx.mark(key, &placement, &snapshot, &outcome, inputs);
             warn_capped_validity(ctx, key, &placement, &outcome);
-            if let Some(e) = core::plan::limit_event(placement.status.as_ref(), &outcome) {
+            if let Some(e) = placement_core::plan::limit_event(placement.status.as_ref(), &outcome)
+            {
                 ctx.writer.emit(&placement, &[e]);
             }
             ctx.enqueue(again);
@@ -807,13 +809,20 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
 
 /// The `ScoreValidityCapped` Warning, when the placement's capped scores changed since the
 /// last one (a placement that keeps using a capped score is not warned at every pass).
-fn warn_capped_validity(ctx: &Ctx, key: &Key, placement: &Placement, outcome: &core::Outcome) {
+fn warn_capped_validity(
+    ctx: &Ctx,
+    key: &Key,
+    placement: &Placement,
+    outcome: &placement_core::Outcome,
+) {
     let changed = ctx
         .handle
         .state
         .write()
         .capped_changed(key, &outcome.validity_capped);
-    if changed && let Some(event) = core::plan::validity_capped_event(&outcome.validity_capped) {
+    if changed
+        && let Some(event) = placement_core::plan::validity_capped_event(&outcome.validity_capped)
+    {
         tracing::warn!(
             namespace = key.0,
             name = key.1,
@@ -826,15 +835,19 @@ fn warn_capped_validity(ctx: &Ctx, key: &Key, placement: &Placement, outcome: &c
 
 /// Whether the outcome moves the placement's decision entries from what `snapshot` holds
 /// (other Balance users' input).
-fn moves(snapshot: &core::Snapshot, key: &Key, outcome: &core::Outcome) -> bool {
+fn moves(
+    snapshot: &placement_core::Snapshot,
+    key: &Key,
+    outcome: &placement_core::Outcome,
+) -> bool {
     let mut before: BTreeMap<&str, i64> = BTreeMap::new();
     for d in snapshot.decisions_of(&key.0, &key.1) {
-        for e in core::snapshot::decision_entries(d) {
+        for e in placement_core::snapshot::decision_entries(d) {
             *before.entry(e.cluster_name.as_str()).or_insert(0) += 1;
         }
     }
     for d in &outcome.decisions {
-        for e in core::snapshot::decision_entries(d) {
+        for e in placement_core::snapshot::decision_entries(d) {
             *before.entry(e.cluster_name.as_str()).or_insert(0) -= 1;
         }
     }

@@ -17,8 +17,8 @@ use ocm_api::{
 
 use super::slim;
 use super::triggers::{Index, Key, key_of};
-use crate::core::snapshot::decision_entries;
-use crate::core::{CappedScore, Snapshot};
+use placement_core::snapshot::decision_entries;
+use placement_core::{CappedScore, Snapshot};
 
 /// The controller's snapshot, copy on write: reading goes through `Deref`; changing it
 /// (`DerefMut`) first copies it if a pass still holds the current one ([`CowSnapshot::share`]).
@@ -214,7 +214,7 @@ impl State {
     }
 
     /// Applies an AddOnPlacementScore observed now: a new status restarts its validity bound
-    /// (see `core::snapshot::MaxScoreValidity`), an unchanged one (a relist) does not.
+    /// (see `placement_core::snapshot::MaxScoreValidity`), an unchanged one (a relist) does not.
     pub fn apply_score(&mut self, s: AddOnPlacementScore) -> BTreeSet<Key> {
         let s = slim::score(s);
         let ns = s.metadata.namespace.clone().unwrap_or_default();

@@ -6,8 +6,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use ocm_api::Placement;
 
-use crate::core::prioritize::{self, Kind};
-use crate::core::snapshot::{Name, Snapshot, decision_entries};
+use placement_core::prioritize::{self, Kind};
+use placement_core::snapshot::{Name, Snapshot, decision_entries};
 
 /// A placement's `(namespace, name)`.
 pub type Key = (String, String);

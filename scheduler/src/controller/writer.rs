@@ -33,8 +33,8 @@ use super::events::{Events, Publish, Recorder, Timing};
 use super::metrics::Metrics;
 use super::state::{OwnWrite, Shared};
 use super::triggers::Key;
-use crate::core::Outcome;
-use crate::core::plan::{Event, PlannedWrite, Write};
+use placement_core::Outcome;
+use placement_core::plan::{Event, PlannedWrite, Write};
 
 #[derive(Debug, Error)]
 pub enum WriteError {
@@ -74,7 +74,7 @@ pub struct Versions(BTreeMap<String, (String, String)>);
 
 impl Versions {
     /// The versions of the decisions `outcome` writes, as `snapshot` has them.
-    pub fn of(snapshot: &crate::core::Snapshot, outcome: &Outcome) -> Self {
+    pub fn of(snapshot: &placement_core::Snapshot, outcome: &Outcome) -> Self {
         let mut out = BTreeMap::new();
         for pw in &outcome.writes {
             let name = pw.write.decision_name();

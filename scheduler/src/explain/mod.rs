@@ -188,7 +188,7 @@ fn score_resources(p: &Placement) -> BTreeSet<String> {
 pub fn live_diff(
     objects: &Objects,
     placement: &Placement,
-    outcome: &crate::core::Outcome,
+    outcome: &placement_core::Outcome,
 ) -> LiveDiff {
     let live: Vec<PlacementDecision> = objects.decisions.values().cloned().collect();
     diff::diff(

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::core::Snapshot;
+use placement_core::Snapshot;
 
 #[derive(Debug, Error)]
 pub enum InputError {

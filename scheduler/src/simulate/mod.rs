@@ -7,9 +7,9 @@ pub mod report;
 
 use jiff::Timestamp;
 
-use crate::core::snapshot::MaxScoreValidity;
-use crate::core::{self, Limits, Outcome};
 pub use input::{InputError, Objects, Source};
+use placement_core::snapshot::MaxScoreValidity;
+use placement_core::{Limits, Outcome};
 
 /// One Placement's result (or why it was skipped).
 pub struct Simulated {
@@ -38,7 +38,7 @@ pub fn run(
     let schedule = |p: &ocm_api::Placement| {
         let until = std::time::Instant::now() + limits.cel_time;
         let deadline = || std::time::Instant::now() >= until;
-        core::schedule_with(&snapshot, p, now, &mut (), &deadline)
+        placement_core::schedule_with(&snapshot, p, now, &mut (), &deadline)
     };
     objects
         .placements
@@ -48,7 +48,7 @@ pub fn run(
         })
         .map(|(_, (p, _))| Simulated {
             placement: p.clone(),
-            outcome: (!core::is_disabled(p)).then(|| schedule(p)),
+            outcome: (!placement_core::is_disabled(p)).then(|| schedule(p)),
         })
         .collect()
 }

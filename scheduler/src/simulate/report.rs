@@ -6,7 +6,7 @@ use ocm_api::Placement;
 use serde_json::{Value, json};
 
 use super::Simulated;
-use crate::core::{Code, Outcome};
+use placement_core::{Code, Outcome};
 
 /// The human-readable report of every placement.
 pub fn text(results: &[Simulated]) -> String {

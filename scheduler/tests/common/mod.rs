@@ -56,28 +56,13 @@ impl Drop for Running {
 }
 
 pub fn start_controller(client: &Client, ns: &str, leader: Option<Arc<dyn Leader>>) -> Running {
-    let mut registry = prometheus_client::registry::Registry::default();
-    let handle = Handle::new(&mut registry);
-    let (tx, rx) = oneshot::channel();
     let options = Options {
         namespaces: vec![ns.to_owned()],
         workers: 4,
         leader: leader.unwrap_or_else(|| Arc::new(controller::AlwaysLeader)),
         ..Options::default()
     };
-    let task = tokio::spawn(controller::run(
-        client.clone(),
-        handle.clone(),
-        options,
-        async {
-            let _ = rx.await;
-        },
-    ));
-    Running {
-        stop: Some(tx),
-        task: Some(task),
-        handle,
-    }
+    start_controller_with(client, options).0
 }
 
 /// One test's slice of the hub.

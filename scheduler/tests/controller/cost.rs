@@ -117,7 +117,7 @@ async fn a_hostile_placement_does_not_stall_the_others() {
 async fn a_placement_past_its_cel_budget_keeps_its_decisions_and_others_schedule() {
     use k8s_openapi::api::events::v1::Event;
     use kube::api::ListParams;
-    use placement_scheduler::core::Limits;
+    use placement_core::Limits;
 
     let hub = Hub::new("pl-celbudget").await;
     hub.controller

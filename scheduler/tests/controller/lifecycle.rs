@@ -359,7 +359,7 @@ async fn a_far_future_valid_until_stops_counting_at_the_bound() {
     use k8s_openapi::api::events::v1::Event;
     use kube::api::PostParams;
     use ocm_api::AddOnPlacementScore;
-    use placement_scheduler::core::snapshot::MaxScoreValidity;
+    use placement_core::snapshot::MaxScoreValidity;
 
     let hub = Hub::new("pl-validity").await;
     hub.controller

@@ -30,7 +30,7 @@ use ocm_api::{
     AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
     PlacementDecision,
 };
-use placement_scheduler::core::{
+use placement_core::{
     DropReason, FilterResult, Name, Outcome, PrioritizerResult, Snapshot, Status, schedule,
 };
 use placement_scheduler::debug::{

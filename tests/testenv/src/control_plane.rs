@@ -1,6 +1,6 @@
 //! Starting, using and stopping one etcd + kube-apiserver pair.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -642,15 +642,7 @@ fn existing(path: PathBuf, what: &'static str) -> Result<PathBuf, Error> {
 }
 
 fn exited(process: &'static str, status: String, log: &Path) -> Error {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
-    Error::ProcessExited {
-        process,
-        status,
-        log: log.to_path_buf(),
-        tail,
-    }
+    crate::process::exited(process, status, log)
 }
 
 async fn wait_for(
@@ -699,15 +691,7 @@ fn etcd_healthy(port: u16) -> bool {
 /// Three distinct free loopback ports. They are free when picked; the start retries if one is
 /// taken before the process binds it.
 fn free_ports() -> Result<[u16; 3], Error> {
-    let listeners = (0..3)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(Error::io("pick free ports"))?;
-    let mut ports = [0u16; 3];
-    for (slot, l) in ports.iter_mut().zip(&listeners) {
-        *slot = l.local_addr().map_err(Error::io("pick free ports"))?.port();
-    }
-    Ok(ports)
+    crate::ports::free_n::<3>()
 }
 
 /// The user and groups kube-apiserver gives the service account `sa` of `ns`.

@@ -18,15 +18,21 @@
 //! ```
 
 pub mod apply;
+pub mod build;
 pub mod crds;
+pub mod harness;
 pub mod helm;
 pub mod http;
 pub mod ocm_agents;
 pub mod paths;
+pub mod ports;
 pub mod process;
 pub mod procfs;
 pub mod prometheus;
+pub mod retry;
+pub mod scrape;
 pub mod thanos;
+pub mod wait;
 
 mod control_plane;
 mod pki;
@@ -39,11 +45,11 @@ pub use prometheus::{Exporter, Prometheus};
 
 /// A loopback port that was free when picked, for a process the test starts (it may be taken
 /// before that process binds it; tests that cannot retry pick it just before the start).
+///
+/// # Panics
+/// When no port can be picked (see [`ports::free`] for the fallible form).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    ports::free().expect("a free loopback port")
 }
 
 use std::path::PathBuf;
@@ -135,20 +141,13 @@ pub async fn shared() -> &'static ControlPlane {
 ///
 /// # Panics
 /// When `deadline` passes first: the test failed.
-pub async fn eventually<T, F, Fut>(what: &str, deadline: std::time::Duration, mut f: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, deadline: std::time::Duration, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for {what}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    match wait::poll(deadline, std::time::Duration::from_millis(100), f).await {
+        Some(v) => v,
+        None => panic!("timed out after {deadline:?} waiting for {what}"),
     }
 }

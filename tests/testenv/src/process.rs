@@ -48,6 +48,11 @@ impl ManagedChild {
         let out = File::options().create(true).append(true).open(log)?;
         let err = out.try_clone()?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        Self::spawn_as_set_up(name, cmd)
+    }
+
+    /// [`ManagedChild::spawn`] with `cmd`'s stdio left as the caller set it up.
+    pub(crate) fn spawn_as_set_up(name: &'static str, mut cmd: Command) -> io::Result<Self> {
         set_parent_death_signal(&mut cmd);
         let (reply_tx, reply_rx) = mpsc::channel();
         spawner()
@@ -187,5 +192,72 @@ pub fn is_running(pid: u32) -> bool {
             .and_then(|(_, rest)| rest.split_whitespace().next())
             .is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
+    }
+}
+
+/// [`crate::Error::ProcessExited`] for `process`, with the last 20 lines of its log.
+pub(crate) fn exited(process: &'static str, status: String, log: &Path) -> crate::Error {
+    crate::Error::ProcessExited {
+        process,
+        status,
+        log: log.to_path_buf(),
+        tail: tail(log, 20),
+    }
+}
+
+/// The last `n` lines of the file at `path` (empty when it cannot be read).
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A binary a harness starts (a controller, an agent, a manager): dies with the harness (see
+/// the module's notes), killed and reaped on drop, its output in a log file or on the harness's
+/// stderr.
+pub struct ChildProcess {
+    child: ManagedChild,
+    log: Option<std::path::PathBuf>,
+}
+
+impl ChildProcess {
+    /// Starts `cmd` with stdin closed and stdout and stderr written to `log` (created anew).
+    /// `what` names it in errors ("the controller").
+    pub fn start(what: &'static str, cmd: Command, log: &Path) -> Result<Self, crate::Error> {
+        File::create(log).map_err(crate::Error::io(format!("create {}", log.display())))?;
+        let child = ManagedChild::spawn(what, cmd, log)
+            .map_err(crate::Error::io(format!("start {what}")))?;
+        Ok(Self {
+            child,
+            log: Some(log.to_path_buf()),
+        })
+    }
+
+    /// Starts `cmd` with its stdio as `cmd` says (e.g. stderr shared with the harness).
+    pub fn start_unlogged(what: &'static str, cmd: Command) -> Result<Self, crate::Error> {
+        let child = ManagedChild::spawn_as_set_up(what, cmd)
+            .map_err(crate::Error::io(format!("start {what}")))?;
+        Ok(Self { child, log: None })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// Its log file, when it has one.
+    pub fn log(&self) -> Option<&Path> {
+        self.log.as_deref()
+    }
+
+    /// An error when it has exited, with the end of its log.
+    pub fn check_alive(&self) -> Result<(), crate::Error> {
+        match (self.child.exited(), &self.log) {
+            (None, _) => Ok(()),
+            (Some(status), Some(log)) => Err(exited(self.child.name(), status, log)),
+            (Some(status), None) => Err(crate::Error::Invalid(format!(
+                "{} exited ({status})",
+                self.child.name()
+            ))),
+        }
     }
 }

@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -570,10 +570,7 @@ fn percent_encode(s: &str) -> String {
 
 pub(crate) fn free_port() -> Result<u16, Error> {
     // Free when picked; `start` retries if it is taken before Prometheus binds it.
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(Error::io("pick a free port for Prometheus"))
+    crate::ports::free()
 }
 
 pub(crate) fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
@@ -586,15 +583,7 @@ fn exited(status: String, log: &Path) -> Error {
 
 /// [`Error::ProcessExited`] for `process`, with the last lines of its log.
 pub(crate) fn exited_process(process: &'static str, status: String, log: &Path) -> Error {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
-    Error::ProcessExited {
-        process,
-        status,
-        log: log.to_path_buf(),
-        tail,
-    }
+    crate::process::exited(process, status, log)
 }
 
 #[cfg(test)]

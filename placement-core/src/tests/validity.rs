@@ -1,0 +1,190 @@
+//! The bound on score validity (a deliberate difference from upstream): a score counts for at
+//! most `MaxScoreValidity` after the scheduler observed it, whatever its `validUntil` says.
+
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+
+use super::fixtures::*;
+use crate::snapshot::MaxScoreValidity;
+use crate::{CappedScore, Code, EventType, Outcome};
+
+const TEN_YEARS: i64 = 10 * 365 * 24 * 3600;
+
+fn ts(offset_secs: i64) -> Timestamp {
+    at(offset_secs).0
+}
+
+/// One cluster `a` with score `a/r` item `s` = 40, observed `observed` seconds from now
+/// (`None`: from a file), `validUntil` `valid_until` seconds from now, scheduled at now with
+/// `bound` seconds of validity (`None`: off).
+fn run(observed: Option<i64>, valid_until: Option<i64>, bound: Option<i64>) -> Outcome {
+    let mut w = World::new(vec![cluster("a")]);
+    w.snapshot
+        .set_max_score_validity(MaxScoreValidity(bound.map(SignedDuration::from_secs)));
+    let s = Arc::new(score("a", "r", &[("s", 40)], valid_until.map(at)));
+    match observed {
+        Some(o) => w.snapshot.upsert_score_observed(s, ts(o)),
+        None => w.snapshot.upsert_score(s),
+    }
+    w.schedule(&placement("ns", "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 1}]}})))
+}
+
+#[test]
+fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
+    // (observed, validUntil, bound) -> (value, counts until (capped), requeue at)
+    type Case = (
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        i64,
+        Option<i64>,
+        Option<i64>,
+    );
+    let cases: &[(&str, Case)] = &[
+        (
+            "within the bound",
+            (Some(-60), Some(120), Some(600), 40, None, Some(121)),
+        ),
+        (
+            "ten years ahead, fresh",
+            (
+                Some(-60),
+                Some(TEN_YEARS),
+                Some(600),
+                40,
+                Some(540),
+                Some(541),
+            ),
+        ),
+        (
+            "ten years ahead, stale",
+            (Some(-700), Some(TEN_YEARS), Some(600), 0, Some(-100), None),
+        ),
+        (
+            "unset, fresh",
+            (Some(-60), None, Some(600), 40, Some(540), Some(541)),
+        ),
+        (
+            "unset, stale",
+            (Some(-700), None, Some(600), 0, Some(-100), None),
+        ),
+        (
+            "exactly at the bound (expiry is strict)",
+            (Some(-600), Some(TEN_YEARS), Some(600), 40, Some(0), Some(1)),
+        ),
+        (
+            "expired by its own validUntil first",
+            (Some(-60), Some(-5), Some(600), 0, None, None),
+        ),
+        (
+            "bound off: upstream",
+            (
+                Some(-700),
+                Some(TEN_YEARS),
+                None,
+                40,
+                None,
+                Some(TEN_YEARS + 1),
+            ),
+        ),
+        (
+            "bound off, unset: never expires",
+            (Some(-700), None, None, 40, None, None),
+        ),
+        // A file has no observation time: the bound counts from now, so it never ends a
+        // score at this instant and adds no requeue; a far validUntil is still reported.
+        (
+            "file, ten years ahead",
+            (None, Some(TEN_YEARS), Some(600), 40, Some(600), None),
+        ),
+        ("file, unset", (None, None, Some(600), 40, None, None)),
+        (
+            "file, within the bound",
+            (None, Some(120), Some(600), 40, None, Some(121)),
+        ),
+    ];
+    for (name, (observed, valid_until, bound, value, capped, requeue)) in cases {
+        let o = run(*observed, *valid_until, *bound);
+        assert_eq!(
+            prioritizer(&o, "AddOn/r/s"),
+            [Some(*value)],
+            "{name}: value"
+        );
+        let want: Vec<CappedScore> = capped
+            .iter()
+            .map(|until| CappedScore {
+                cluster: "a".into(),
+                resource: "r".into(),
+                valid_until: valid_until.map(ts),
+                until: ts(*until),
+            })
+            .collect();
+        assert_eq!(o.validity_capped, want, "{name}: capped");
+        assert_eq!(o.requeue_at, requeue.map(ts), "{name}: requeue");
+        let expired = *value == 0;
+        assert_eq!(
+            o.status.code == Code::Warning,
+            expired,
+            "{name}: expired warning"
+        );
+        if expired {
+            assert_eq!(
+                o.status.message, "AddOnPlacementScores a/r expired",
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn capped_scores_are_noted_once_per_score_and_make_one_warning_event() {
+    let mut w = World::new(vec![cluster("a"), cluster("b")]);
+    for c in ["a", "b"] {
+        w.snapshot.upsert_score_observed(
+            Arc::new(score(c, "r", &[("s", 40), ("t", 1)], Some(at(TEN_YEARS)))),
+            ts(-60),
+        );
+    }
+    // Two prioritizers read the same object: one entry per cluster and object.
+    let o = w.schedule(&placement("ns", "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 1},
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "t"}}, "weight": 1}]}})));
+    let clusters: Vec<&str> = o
+        .validity_capped
+        .iter()
+        .map(|c| c.cluster.as_str())
+        .collect();
+    assert_eq!(clusters, ["a", "b"]);
+    assert!(
+        o.notes.iter().any(|n| n.starts_with(
+            "AddOn/r/s: validity capped (10m after it was observed): a/r (validUntil 2036-"
+        )),
+        "{:?}",
+        o.notes
+    );
+    let e = crate::plan::validity_capped_event(&o.validity_capped).expect("an event");
+    assert_eq!(
+        (e.type_, e.reason),
+        (EventType::Warning, "ScoreValidityCapped")
+    );
+    assert!(e.decision.is_empty(), "about the placement, no decision");
+    assert!(
+        e.note.contains("a/r (validUntil 2036-") && e.note.contains("b/r"),
+        "{}",
+        e.note
+    );
+    assert!(
+        e.note.contains("counts until 2026-06-01T12:09:00Z"),
+        "{}",
+        e.note
+    );
+    assert!(crate::plan::validity_capped_event(&[]).is_none());
+    // The default bound is 10 minutes.
+    assert_eq!(
+        crate::Snapshot::new().max_score_validity(),
+        MaxScoreValidity(Some(SignedDuration::from_mins(10)))
+    );
+}

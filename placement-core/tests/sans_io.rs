@@ -1,0 +1,114 @@
+//! The design rule the crate split exists for: the scheduling core and its CEL environment do
+//! no IO. Their normal dependency trees hold no Kubernetes client, no async runtime and no HTTP
+//! stack, and their sources read no clock (the caller passes `now` and a deadline).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Crates that would let the core talk to the API server, spawn tasks or open connections.
+const FORBIDDEN: &[&str] = &[
+    "kube",
+    "kube-client",
+    "kube-runtime",
+    "tokio",
+    "hyper",
+    "reqwest",
+];
+
+/// Clock reads; the core takes time as input instead.
+const CLOCK_READS: &[&str] = &["Timestamp::now", "SystemTime::now", "Instant::now"];
+
+/// The sans-IO crates and their folders, relative to this crate's.
+const CRATES: &[(&str, &str)] = &[("placement-core", "."), ("ocm-cel", "../ocm-cel")];
+
+/// The package names in `cargo tree -p <package> -e normal`, one per line.
+fn normal_dependencies(package: &str) -> Vec<String> {
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+        ])
+        .arg(package)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cargo tree: {e}"));
+    assert!(
+        output.status.success(),
+        "cargo tree -p {package} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn no_client_runtime_or_http_stack_in_the_dependency_trees() {
+    for (package, _) in CRATES {
+        let tree = normal_dependencies(package);
+        assert!(
+            tree.iter().any(|name| name == package),
+            "cargo tree -p {package} does not list {package} itself: {tree:?}"
+        );
+        let offending: Vec<&String> = tree
+            .iter()
+            .filter(|name| FORBIDDEN.contains(&name.as_str()))
+            .collect();
+        assert!(
+            offending.is_empty(),
+            "{package} must stay sans-IO, but its normal dependencies include {offending:?} \
+             (see `cargo tree -p {package} -e normal -i <crate>` for the path)"
+        );
+    }
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_clock_read_in_the_sources() {
+    let mut found = Vec::new();
+    for (_, folder) in CRATES {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(folder)
+            .join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        assert!(!files.is_empty(), "no sources under {}", src.display());
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            for (n, line) in text.lines().enumerate() {
+                // Comments may name the clock the caller reads.
+                let code = line.split("//").next().unwrap_or_default();
+                if CLOCK_READS.iter().any(|c| code.contains(c)) {
+                    found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the core reads no clock (take `now` or a deadline from the caller):\n{}",
+        found.join("\n")
+    );
+}
