@@ -158,7 +158,7 @@ impl Setup {
             "--score-ttl=6s".into(),
             "--debounce=300ms".into(),
             "--hub-kubeconfig-check-interval=500ms".into(),
-            "--log-level=info,score_provider=debug".into(),
+            "--log-level=info,score_provider=debug,resource_usage_agent=debug".into(),
         ]
     }
 }
