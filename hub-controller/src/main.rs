@@ -9,14 +9,14 @@ use ocm_runtime::app::{self, App, AppArgs, Drain};
 use std::path::PathBuf;
 
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
+use resource_usage_agent::usage::requests::Resource;
+use resource_usage_agent::usage::scores::Bounds;
 use resource_usage_hub::manager::controller::{self, Handle, Leader, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;
 use resource_usage_hub::scorer::prom::{PromClient, PromSettings, ThanosParams};
 use resource_usage_hub::scorer::provider::{Normalise, PromScorer, ScorerMetrics, ScorerSettings};
 use resource_usage_hub::scorer::queries::Queries;
-use score_provider::usage::requests::Resource;
-use score_provider::usage::scores::Bounds;
 
 /// The hub side of the resource-usage score provider.
 #[derive(Parser)]

@@ -16,8 +16,8 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use score_provider::usage::requests::Resource;
-use score_provider::usage::scores::{Bounds, Free, scores};
+use resource_usage_agent::usage::requests::Resource;
+use resource_usage_agent::usage::scores::{Bounds, Free, scores};
 use score_provider::{Change, Computed, Outcome, ProviderError, ScoreProvider, Scores};
 
 use super::prom::{PromClient, PromError, Sample, named_in};

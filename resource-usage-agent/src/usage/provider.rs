@@ -7,7 +7,7 @@ use futures::stream::BoxStream;
 use super::host::HostSource;
 use super::kube::KubeSource;
 use super::scores::{Bounds, Free, scores};
-use crate::provider::{Change, Computed, ProviderError, ScoreProvider};
+use score_provider::provider::{Change, Computed, ProviderError, ScoreProvider};
 
 /// Where the free amounts come from.
 pub enum Source {

@@ -25,7 +25,7 @@
 //! stopped at the end, on error and on Ctrl-C / SIGTERM; the agent also gets
 //! `PR_SET_PDEATHSIG` (testenv's processes).
 //!
-//! agent/examples/agent_scale/: this file holds the flags, the run and the report;
+//! resource-usage-agent/examples/agent_scale/: this file holds the flags, the run and the report;
 //! `fleet.rs` what is created and the scores expected of it, `churn.rs` the steady window's
 //! churn, `agent.rs` the agent's binary and process. What every harness needs (ports, builds,
 //! processes, retries, polls, /metrics, /proc) is in `testenv`.

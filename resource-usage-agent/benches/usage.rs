@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use score_provider::usage::index::{NodeFilter, UsageIndex};
+use resource_usage_agent::usage::index::{NodeFilter, UsageIndex};
 use serde_json::json;
 
 const NODES: usize = 1_000;

@@ -8,7 +8,7 @@ use ocm_api::score::{BoundsError, Normaliser};
 use ocm_api::wellknown::score::names;
 
 use super::requests::Resource;
-use crate::provider::{ScoreError, Scores};
+use score_provider::provider::{ScoreError, Scores};
 
 /// Free amounts in natural units (cores, bytes, devices).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -15,7 +15,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use ocm_api::{AddOnPlacementScore, AddOnPlacementScoreStatus};
-use score_provider::manifests;
+use resource_usage_agent::manifests;
 use serde_json::{Value, json};
 use testenv::ControlPlane;
 
@@ -158,7 +158,7 @@ impl Setup {
             "--score-ttl=6s".into(),
             "--debounce=300ms".into(),
             "--hub-kubeconfig-check-interval=500ms".into(),
-            "--log-level=info,score_provider=debug".into(),
+            "--log-level=info,score_provider=debug,resource_usage_agent=debug".into(),
         ]
     }
 }

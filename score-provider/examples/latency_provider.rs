@@ -6,7 +6,7 @@
 //! last score expires.
 //!
 //! ```text
-//! cargo run -p resource-usage-agent --example latency_provider -- \
+//! cargo run -p score-provider --example latency_provider -- \
 //!   --hub-kubeconfig hub.kubeconfig --target cluster1=http://10.0.0.1:8080/healthz
 //! ```
 

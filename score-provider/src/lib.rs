@@ -1,4 +1,5 @@
-//! The score-provider framework, and the resource-usage provider built on it.
+//! The score-provider framework: the library a score provider (ours or a third party's) builds
+//! on to publish `AddOnPlacementScore`s that OCM placements rate clusters by.
 //!
 //! A provider implements [`ScoreProvider`]: compute the current scores of the clusters it
 //! rates, and (optionally) a stream of changes that make a recompute due. The framework does
@@ -13,18 +14,17 @@
 //! - [`cli`]: the shared flags and a `serve` that is a provider binary's whole `main`;
 //! - normalisers: [`ocm_api::score`] (absolute bounds, fleet-relative).
 //!
-//! [`usage`] is the resource-usage provider (free CPU, memory, GPUs, TPUs from the managed
-//! cluster's nodes and pods, or from the host); `examples/latency_provider.rs` is a third-party
-//! provider in a few dozen lines.
+//! Built on it: the resource-usage agent (crate `resource-usage-agent`: free CPU, memory, GPUs,
+//! TPUs from the managed cluster's nodes and pods, or from the host), the hub's Thanos scorer
+//! (crate `resource-usage-hub`), and `examples/latency_provider.rs` beside this crate, a
+//! third-party provider in a few dozen lines.
 
 pub mod cli;
 pub mod hub;
 pub mod lease;
-pub mod manifests;
 pub mod metrics;
 pub mod provider;
 pub mod runner;
-pub mod usage;
 pub mod writer;
 
 pub use cli::{ProviderArgs, serve};
@@ -32,3 +32,6 @@ pub use hub::HubClient;
 pub use provider::{Change, Computed, Outcome, ProviderError, ScoreError, ScoreProvider, Scores};
 pub use runner::{Runner, Settings};
 pub use writer::{ScoreWriter, WriteSettings};
+
+#[cfg(test)]
+mod layering;

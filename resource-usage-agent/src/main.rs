@@ -12,15 +12,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use ocm_api::selector::Selector;
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
 use ocm_runtime::app::{self, Drain};
+use resource_usage_agent::usage::host::HostSource;
+use resource_usage_agent::usage::index::NodeFilter;
+use resource_usage_agent::usage::kube::KubeSource;
+use resource_usage_agent::usage::provider::{ResourceUsage, Source};
+use resource_usage_agent::usage::requests::Resource;
+use resource_usage_agent::usage::scores::Bounds;
 use score_provider::ScoreProvider;
 use score_provider::cli::parse_range;
 use score_provider::lease::LeaseSettings;
-use score_provider::usage::host::HostSource;
-use score_provider::usage::index::NodeFilter;
-use score_provider::usage::kube::KubeSource;
-use score_provider::usage::provider::{ResourceUsage, Source};
-use score_provider::usage::requests::Resource;
-use score_provider::usage::scores::Bounds;
 
 /// The name the agent writes as (field manager, user agent, managed-by label).
 const MANAGER: &str = "resource-usage-agent";

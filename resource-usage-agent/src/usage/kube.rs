@@ -14,7 +14,7 @@ use super::index::{NodeFilter, Totals, UsageIndex};
 use super::requests::Resource;
 use super::scores::Free;
 use super::slim::{SlimNode, SlimPod};
-use crate::provider::{Change, ProviderError};
+use score_provider::provider::{Change, ProviderError};
 
 /// Objects per list page (kube's default is 500: about 7 MB of pod JSON at once).
 const LIST_PAGE_SIZE: u32 = 100;
