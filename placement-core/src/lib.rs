@@ -268,19 +268,30 @@ fn run<'a>(
                         r.clamped.join(", ")
                     ));
                 }
-                for c in r.capped {
-                    out.notes.push(format!(
-                        "{}: validity capped ({} after it was observed): {c}",
-                        w.name,
-                        snapshot
-                            .max_score_validity()
-                            .0
-                            .map_or_else(String::new, |b| format!("{b:#}")),
-                    ));
-                    if let Err(at) = out.validity_capped.binary_search(&c) {
-                        out.validity_capped.insert(at, c);
+                // A note for the first few capped scores only: a provider that writes far
+                // validity for the whole fleet would otherwise cost a formatted note per
+                // cluster on every pass. The list itself (sorted once, below) keeps them all.
+                let capped = r.capped.len();
+                if capped > 0 {
+                    let bound = snapshot
+                        .max_score_validity()
+                        .0
+                        .map_or_else(String::new, |b| format!("{b:#}"));
+                    for c in r.capped.iter().take(CAPPED_NOTES) {
+                        out.notes.push(format!(
+                            "{}: validity capped ({bound} after it was observed): {c}",
+                            w.name
+                        ));
+                    }
+                    if capped > CAPPED_NOTES {
+                        out.notes.push(format!(
+                            "{}: validity capped ({bound} after it was observed) for {} more scores",
+                            w.name,
+                            capped - CAPPED_NOTES
+                        ));
                     }
                 }
+                out.validity_capped.extend(r.capped);
                 out.requeue_at = earliest(out.requeue_at, r.next_expiry);
                 r.scores
             }
@@ -761,7 +772,12 @@ pub fn schedule_with(
         unscheduled,
         status,
         notes: s.notes,
-        validity_capped: s.validity_capped,
+        validity_capped: {
+            let mut capped = s.validity_capped;
+            capped.sort_unstable();
+            capped.dedup();
+            capped
+        },
         groups,
         decisions,
         writes,
@@ -772,6 +788,9 @@ pub fn schedule_with(
 
 /// `scoreRateLimit` (`^[0-9]+[hms]$`, default `1m`) as a duration; anything unreadable is
 /// the default.
+/// Capped scores named one by one in a pass's notes; the rest are counted.
+const CAPPED_NOTES: usize = 10;
+
 pub fn rate_limit(text: &str) -> SignedDuration {
     let default = SignedDuration::from_secs(60);
     let Some(unit) = text.chars().last() else {

@@ -188,3 +188,38 @@ fn capped_scores_are_noted_once_per_score_and_make_one_warning_event() {
         MaxScoreValidity(Some(SignedDuration::from_mins(10)))
     );
 }
+
+#[test]
+fn a_fleet_of_capped_scores_is_noted_for_the_first_ten_and_counted() {
+    let names: Vec<String> = (0..15).map(|i| format!("c{i:02}")).collect();
+    let mut w = World::new(names.iter().map(|n| cluster(n)).collect());
+    // Observed in reverse name order: the list still comes out sorted.
+    for n in names.iter().rev() {
+        w.snapshot.upsert_score_observed(
+            Arc::new(score(n, "r", &[("s", 40)], Some(at(TEN_YEARS)))),
+            ts(-60),
+        );
+    }
+    let o = w.schedule(&placement("ns", "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 1}]}})));
+    let clusters: Vec<&str> = o
+        .validity_capped
+        .iter()
+        .map(|c| c.cluster.as_str())
+        .collect();
+    assert_eq!(
+        clusters,
+        names.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let capped: Vec<&String> = o
+        .notes
+        .iter()
+        .filter(|n| n.contains("validity capped"))
+        .collect();
+    assert_eq!(capped.len(), 11, "{capped:?}");
+    assert!(capped[0].contains(": c00/r (validUntil "), "{capped:?}");
+    assert_eq!(
+        capped[10],
+        "AddOn/r/s: validity capped (10m after it was observed) for 5 more scores"
+    );
+}
