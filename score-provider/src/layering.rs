@@ -4,7 +4,11 @@
 use std::process::Command;
 
 /// Providers built on the framework, and what only they need.
-const FORBIDDEN: &[&str] = &["resource-usage-agent", "resource-usage-hub", "sysinfo"];
+const FORBIDDEN: &[&str] = &[
+    "resource-usage-agent",
+    "addon-manager-and-scorer",
+    "sysinfo",
+];
 
 /// The package names in `cargo tree -p score-provider -e normal`, one per line.
 fn normal_dependencies() -> Vec<String> {

@@ -3,7 +3,7 @@
 # the wrapper module next to this script (go.mod/go.sum pin every dependency; gen-gomod.sh
 # regenerates them), into a versioned cache outside the work tree, as
 # tests/control-plane/build.sh does for kube-apiserver. Not part of tests/run.sh: the scale
-# harness (scheduler/examples/scale) builds `placement` on demand for `--controller upstream`.
+# harness (placement-scheduler/examples/scale) builds `placement` on demand for `--controller upstream`.
 #
 #   tests/ocm/build.sh [binary...]     binaries under the module's cmd/ (default: placement)
 #

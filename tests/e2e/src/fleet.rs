@@ -122,7 +122,7 @@ pub fn binaries(build: bool) -> Result<PathBuf, Error> {
         }
         for (pkg, bin) in [
             ("placement-scheduler", "placement-scheduler"),
-            ("resource-usage-hub", "resource-usage-hub"),
+            ("addon-manager-and-scorer", "resource-usage-hub"),
             ("resource-usage-agent", "resource-usage-agent"),
         ] {
             cmd.args(["-p", pkg, "--bin", bin]);

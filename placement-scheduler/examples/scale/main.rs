@@ -34,7 +34,7 @@
 //! # --controller-bin /work/bench/base/placement-scheduler (e.g. the "before" binary).
 //! ```
 //!
-//! scheduler/examples/scale/: this file holds the flags and runs the scenarios; `hub.rs` the
+//! placement-scheduler/examples/scale/: this file holds the flags and runs the scenarios; `hub.rs` the
 //! control plane and the fleet, `controller.rs` the controller's binary and process,
 //! `upstream.rs` upstream's (its flags, its HTTPS metrics), `measure.rs` what is read and what
 //! changed between two points, one file per scenario (`throughput.rs`, `reaction.rs`,
