@@ -79,8 +79,20 @@ pub fn sum(
 }
 
 /// The sum of every series named `name` in `text` (all label sets).
+///
+/// `name` may name labels too, as the text format writes them (`family{k="v"}`): then only
+/// the samples with those label values count.
 pub fn total(text: &str, name: &str) -> f64 {
-    sum(&parse(text), name, |_| true)
+    let (family, want) = match name.split_once('{') {
+        Some((family, labels)) => (
+            family,
+            parse_labels(labels.strip_suffix('}').unwrap_or(labels)),
+        ),
+        None => (name, BTreeMap::new()),
+    };
+    sum(&parse(text), family, |labels| {
+        want.iter().all(|(k, v)| labels.get(k) == Some(v))
+    })
 }
 
 /// The cumulative buckets of histogram `name` (`name_bucket` series): (upper bound, count), in
@@ -177,6 +189,10 @@ plain 1.5
         let s = parse(TEXT);
         assert_eq!(total(TEXT, "x_total"), 4.0);
         assert_eq!(total(TEXT, "plain"), 1.5);
+        // Labels in the name, as the text format writes them: only those series.
+        assert_eq!(total(TEXT, r#"x_total{result="error"}"#), 1.0);
+        assert_eq!(total(TEXT, r#"x_total{verb="create",result="ok"}"#), 3.0);
+        assert_eq!(total(TEXT, r#"x_total{result="nope"}"#), 0.0);
         assert_eq!(
             sum(&s, "x_total", |l| l
                 .get("result")
