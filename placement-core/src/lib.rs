@@ -17,6 +17,7 @@ pub mod prioritize;
 pub mod select;
 pub mod snapshot;
 pub mod status;
+pub mod visibility;
 
 use std::collections::HashMap;
 
@@ -34,6 +35,7 @@ pub use prioritize::addon::CappedScore;
 pub use select::SpreadReport;
 pub use snapshot::{ClusterInfo, Name, SetMembers, Snapshot};
 pub use status::{Code, Limit, Status};
+pub use visibility::rate_limit;
 
 use prioritize::Kind;
 use snapshot::decision_entries;
@@ -572,65 +574,26 @@ pub fn schedule_with(
         })
         .collect();
 
-    // Score visibility: score-only changes wait out `scoreRateLimit` after the window's start.
-    // `lastScoreUpdateTime` marks when the current window began: the first score write after
-    // the previous window ended. A change of the selected set inside a window writes fresh
-    // scores without moving it, so a placement that moves often does not also rewrite its
-    // Placement status each time (score-only writes still come at most once a window). The
-    // ScoreUpdate event follows the same limit: it is said outside a window only, so a
-    // placement that moves many times a minute says DecisionUpdate for each move (one event
-    // series) and its scores once a window, not one new Event object per move.
-    let mut say_scores = true;
-    let mut requeue_at = s.requeue_at;
+    // Score visibility (see `visibility`): inside a `scoreRateLimit` window score-only
+    // changes are held; the window's start and the ScoreUpdate event come once a window.
     let previous_status = placement.status.clone().unwrap_or_default();
-    let mut last_score_update = previous_status.last_score_update_time.clone();
-    if keep_current {
+    let window = if keep_current {
         decisions = existing.iter().map(|d| (*d).clone()).collect();
+        visibility::Window::kept(previous_status.last_score_update_time.clone())
     } else {
-        // The API's rule: score changes that do not change the selected set of clusters are
-        // not reflected more often than `scoreRateLimit`. Inside the window each cluster keeps
-        // the score last written for it (and `sortBy: Score` its order).
-        let old_scores: HashMap<&str, i64> = existing
-            .iter()
-            .flat_map(|d| decision_entries(d))
-            .map(|e| (e.cluster_name.as_str(), e.score))
-            .collect();
-        let same_selection = old_scores.len() == total_of.len()
-            && total_of.keys().all(|c| old_scores.contains_key(c));
-        let scores_changed = total_of.iter().any(|(c, t)| old_scores.get(c) != Some(t));
-        let limit = rate_limit(&spec.score_rate_limit);
-        let window_end = last_score_update
-            .as_ref()
-            .and_then(|t| t.0.checked_add(limit).ok())
-            .filter(|end| now < *end);
-        say_scores = window_end.is_none();
-        match window_end {
-            Some(end) if same_selection && scores_changed => {
-                for d in &mut decisions {
-                    if let Some(st) = d.status.as_mut() {
-                        for e in &mut st.decisions {
-                            if let Some(old) = old_scores.get(e.cluster_name.as_str()) {
-                                e.score = *old;
-                            }
-                        }
-                        if by_score {
-                            st.decisions.sort_by(|a, b| {
-                                b.score
-                                    .cmp(&a.score)
-                                    .then_with(|| a.cluster_name.cmp(&b.cluster_name))
-                            });
-                        }
-                    }
-                }
-                requeue_at = earliest(requeue_at, Some(end));
-            }
-            // Inside the window: the selection changed, so the fresh scores go out, but the
-            // window keeps its start.
-            Some(_) => {}
-            None if scores_changed => last_score_update = Some(Time(now)),
-            None => {}
-        }
-    }
+        visibility::apply(
+            &existing,
+            &mut decisions,
+            &total_of,
+            &spec.score_rate_limit,
+            previous_status.last_score_update_time.clone(),
+            by_score,
+            now,
+        )
+    };
+    let say_scores = window.say_scores;
+    let last_score_update = window.last_score_update;
+    let requeue_at = earliest(s.requeue_at, window.held_until);
 
     let warning =
         (status.code == Code::Warning).then_some((status.message.as_str(), status.plugin.as_str()));
@@ -791,23 +754,6 @@ pub fn schedule_with(
 /// Capped scores named one by one in a pass's notes; the rest are counted.
 const CAPPED_NOTES: usize = 10;
 
-pub fn rate_limit(text: &str) -> SignedDuration {
-    let default = SignedDuration::from_secs(60);
-    let Some(unit) = text.chars().last() else {
-        return default;
-    };
-    let Ok(n) = text[..text.len() - unit.len_utf8()].parse::<i64>() else {
-        return default;
-    };
-    let seconds = match unit {
-        's' => Some(n),
-        'm' => n.checked_mul(60),
-        'h' => n.checked_mul(3600),
-        _ => return default,
-    };
-    // Beyond what a duration holds: as good as forever.
-    SignedDuration::from_secs(seconds.unwrap_or(i64::MAX).min(i64::MAX / 2))
-}
 
 #[cfg(test)]
 mod tests;

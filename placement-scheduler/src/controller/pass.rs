@@ -1,0 +1,252 @@
+//! One scheduling pass: a worker takes a placement from the queue, runs the core on the
+//! current snapshot (timing its steps), hands the outcome to the writer and the event
+//! recorder, and queues what the pass asks for (requeue times, moved placements).
+
+use super::*;
+
+/// Times the core's steps for the plugin duration metric.
+struct Stopwatch<'a> {
+    last: std::time::Instant,
+    metrics: &'a Metrics,
+}
+
+/// One scheduling pass, from a snapshot taken without holding the lock during the pass. It is
+/// CPU-bound and may be long (an expensive `celSelector` over many clusters), so it runs on
+/// the blocking pool: the runtime's threads stay free for the watches, the lease and HTTP.
+/// At most `Options::workers` passes run at once (each worker awaits its own).
+async fn schedule_pass(
+    metrics: Arc<Metrics>,
+    snapshot: Arc<placement_core::Snapshot>,
+    placement: Arc<Placement>,
+    now: Timestamp,
+) -> Result<(placement_core::Outcome, writer::Versions), tokio::task::JoinError> {
+    tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let mut laps = Stopwatch {
+            last: started,
+            metrics: &metrics,
+        };
+        let until = started + snapshot.limits().cel_time;
+        let deadline = || std::time::Instant::now() >= until;
+        let outcome =
+            placement_core::schedule_with(&snapshot, &placement, now, &mut laps, &deadline);
+        metrics
+            .scheduling_duration
+            .observe(started.elapsed().as_secs_f64());
+        // The writes are preconditioned on what this outcome was computed from.
+        let versions = writer::Versions::of(&snapshot, &outcome);
+        (outcome, versions)
+    })
+    .await
+}
+
+impl Laps for Stopwatch<'_> {
+    fn lap(&mut self, step_type: &'static str, step: &str) {
+        let now = std::time::Instant::now();
+        self.metrics.plugin(step_type, step, now - self.last);
+        self.last = now;
+    }
+}
+
+/// The time as the API stores it (whole seconds), so that a status computed now compares
+/// equal to the same status read back.
+pub(super) fn now_seconds() -> Timestamp {
+    let now = Timestamp::now();
+    Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
+pub(super) async fn worker(ctx: Arc<Ctx>) {
+    loop {
+        while !ctx.options.leader.is_leader() {
+            ctx.options.leader.changes_from(false).await;
+        }
+        let batch = ctx.queue.next_batch(1).await;
+        for key in batch {
+            process(&ctx, &key).await;
+            ctx.queue.done(&key);
+        }
+    }
+}
+
+async fn process(ctx: &Arc<Ctx>, key: &Key) {
+    if !ctx.handle.ready() {
+        // Scheduling from half-listed stores could delete good decisions: wait for the lists.
+        ctx.queue.add_at(
+            key.clone(),
+            tokio::time::Instant::now() + Duration::from_millis(200),
+        );
+        return;
+    }
+    let quiet = lock(&ctx.quiet).remove(key);
+    // Read before the snapshot: a change after this makes the mark older than the store.
+    let inputs = ctx.inputs.load(Ordering::SeqCst);
+    let now = now_seconds();
+    let taken = {
+        let st = ctx.handle.state.read();
+        st.placements
+            .get(key)
+            .cloned()
+            .map(|p| (p, st.snapshot.share()))
+    };
+    let Some((placement, snapshot)) = taken else {
+        // Deleted while its requeue or backoff was pending.
+        ctx.queue.remove(key);
+        return;
+    };
+    if placement.metadata.deletion_timestamp.is_some() || placement_core::is_disabled(&placement) {
+        return;
+    }
+    let scheduled = schedule_pass(
+        ctx.handle.metrics.clone(),
+        snapshot.clone(),
+        placement.clone(),
+        now,
+    );
+    let (outcome, versions) = match scheduled.await {
+        Ok(done) => done,
+        Err(e) => {
+            // A panic in the core: this placement only, retried with backoff.
+            tracing::error!(namespace = key.0, name = key.1, error = %e, "scheduling failed");
+            ctx.queue.add_rate_limited(key.clone());
+            return;
+        }
+    };
+    if outcome.status.code == Code::Transient {
+        // Nothing to write (the decisions and status stay); try again with backoff.
+        tracing::warn!(
+            namespace = key.0,
+            name = key.1,
+            plugin = outcome.status.plugin,
+            message = outcome.status.message,
+            "scheduling failed for a transient reason; decisions kept, retrying with backoff"
+        );
+        ctx.handle
+            .metrics
+            .schedules
+            .get_or_create(&metrics::ResultLabels {
+                result: "transient".into(),
+            })
+            .inc();
+        ctx.queue.add_rate_limited(key.clone());
+        return;
+    }
+    let result = match outcome.status.code {
+        Code::Success => "success",
+        Code::Warning => "warning",
+        Code::Error | Code::Transient => "error",
+        Code::Misconfigured => "misconfigured",
+        Code::Exceeded(_) => "limit_exceeded",
+    };
+    let written = ctx
+        .writer
+        .apply(&ctx.handle.state, &placement, &outcome, versions)
+        .await;
+    // Decisions written through the cache may have moved other placements' Balance. The flag
+    // the writer left is not ours to read (another worker's writes may have set it): this
+    // pass's own move is what the outcome changed.
+    ctx.handle.state.write().balance_dirty = false;
+    if !quiet && moves(&snapshot, key, &outcome) {
+        ctx.balance_changed();
+    }
+    match written {
+        Ok(again) => {
+            ctx.mark(key, &placement, &snapshot, &outcome, inputs);
+            warn_capped_validity(ctx, key, &placement, &outcome);
+            if let Some(e) = placement_core::plan::limit_event(placement.status.as_ref(), &outcome)
+            {
+                ctx.writer.emit(&placement, &[e]);
+            }
+            ctx.enqueue(again);
+            ctx.queue.forget(key);
+            ctx.handle
+                .metrics
+                .schedules
+                .get_or_create(&metrics::ResultLabels {
+                    result: result.into(),
+                })
+                .inc();
+            if outcome.status.code != Code::Success {
+                tracing::info!(namespace = key.0, name = key.1, code = ?outcome.status.code, plugin = outcome.status.plugin, message = outcome.status.message, "scheduled with a problem");
+            }
+            if let Some(at) = outcome.requeue_at {
+                let wait = at.duration_since(now);
+                let wait =
+                    Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(100);
+                if quiet {
+                    // A score held back by `scoreRateLimit` in a wave's pass, written when the
+                    // window ends, is still the wave's: its move must not start another wave.
+                    lock(&ctx.quiet).insert(key.clone());
+                }
+                ctx.queue
+                    .add_at(key.clone(), tokio::time::Instant::now() + wait);
+            }
+        }
+        Err(writer::WriteError::NotLeader(what)) => {
+            // The new leader schedules everything when it takes over.
+            tracing::info!(
+                namespace = key.0,
+                name = key.1,
+                what,
+                "not the leader any more; writes stopped"
+            );
+        }
+        Err(e) => {
+            ctx.handle
+                .metrics
+                .schedules
+                .get_or_create(&metrics::ResultLabels {
+                    result: "write_error".into(),
+                })
+                .inc();
+            tracing::warn!(namespace = key.0, name = key.1, error = %e, "writing the decisions failed; retrying with backoff");
+            ctx.queue.add_rate_limited(key.clone());
+        }
+    }
+}
+
+/// The `ScoreValidityCapped` Warning, when the placement's capped scores changed since the
+/// last one (a placement that keeps using a capped score is not warned at every pass).
+fn warn_capped_validity(
+    ctx: &Ctx,
+    key: &Key,
+    placement: &Placement,
+    outcome: &placement_core::Outcome,
+) {
+    let changed = ctx
+        .handle
+        .state
+        .write()
+        .capped_changed(key, &outcome.validity_capped);
+    if changed
+        && let Some(event) = placement_core::plan::validity_capped_event(&outcome.validity_capped)
+    {
+        tracing::warn!(
+            namespace = key.0,
+            name = key.1,
+            note = event.note,
+            "scores valid beyond the bound"
+        );
+        ctx.writer.emit(placement, &[event]);
+    }
+}
+
+/// Whether the outcome moves the placement's decision entries from what `snapshot` holds
+/// (other Balance users' input).
+fn moves(
+    snapshot: &placement_core::Snapshot,
+    key: &Key,
+    outcome: &placement_core::Outcome,
+) -> bool {
+    let mut before: BTreeMap<&str, i64> = BTreeMap::new();
+    for d in snapshot.decisions_of(&key.0, &key.1) {
+        for e in placement_core::snapshot::decision_entries(d) {
+            *before.entry(e.cluster_name.as_str()).or_insert(0) += 1;
+        }
+    }
+    for d in &outcome.decisions {
+        for e in placement_core::snapshot::decision_entries(d) {
+            *before.entry(e.cluster_name.as_str()).or_insert(0) -= 1;
+        }
+    }
+    before.values().any(|&n| n != 0)
+}

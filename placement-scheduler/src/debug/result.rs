@@ -1,0 +1,154 @@
+//! The endpoint's answer: upstream's `DebugResult` shape, built from one scheduling outcome.
+
+use std::collections::HashMap;
+
+use ocm_api::Placement;
+use placement_core::{Code, Outcome};
+use serde::{Deserialize, Serialize};
+
+/// The 200 answer (and, with only `error` set, every other one): upstream's `DebugResult`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DebugResult {
+    /// The scheduled Placement: metadata name, namespace, labels and annotations, and spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    #[serde(
+        rename = "filteredPipelineResults",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub filter_results: Vec<FilterStep>,
+    #[serde(
+        rename = "prioritizeResults",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub prioritize_results: Vec<PrioritizeStep>,
+    #[serde(
+        rename = "aggregatedScores",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub aggregated_scores: Vec<ClusterScore>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// The clusters left after the filters so far, named by the filters joined with `,`
+/// (`Predicate`, `Predicate,TaintToleration`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterStep {
+    pub name: String,
+    #[serde(rename = "filteredClusters", default)]
+    pub filtered_clusters: Vec<String>,
+}
+
+/// One prioritizer's weight and its score per cluster (before weighting).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrioritizeStep {
+    pub name: String,
+    pub weight: i32,
+    #[serde(default)]
+    pub scores: BTreeMap<String, i64>,
+}
+
+/// A cluster's total: `Σ weight × score`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterScore {
+    #[serde(rename = "clusterName")]
+    pub cluster_name: String,
+    pub score: i64,
+}
+
+/// Upstream's result shape from one scheduling outcome (see the module documentation for the
+/// orders and quirks).
+pub fn debug_result(placement: &Placement, outcome: &Outcome) -> DebugResult {
+    // Totals by cluster, when the core got as far as scoring.
+    let totals: Option<HashMap<&str, i64>> =
+        (outcome.totals.len() == outcome.filtered.len()).then(|| {
+            outcome
+                .filtered
+                .iter()
+                .map(|n| &**n)
+                .zip(outcome.totals.iter().copied())
+                .collect()
+        });
+    let by_score = |list: &mut Vec<String>, totals: &HashMap<&str, i64>| {
+        list.sort_by(|a, b| {
+            let (ta, tb) = (totals.get(a.as_str()), totals.get(b.as_str()));
+            tb.cmp(&ta).then_with(|| a.cmp(b))
+        });
+    };
+
+    // Each filter's kept clusters: the previous ones minus what it dropped.
+    let mut kept: Vec<&str> = outcome.available.iter().map(|n| &**n).collect();
+    let mut names: Vec<&str> = Vec::with_capacity(outcome.filters.len());
+    let mut filter_results = Vec::with_capacity(outcome.filters.len());
+    for (i, f) in outcome.filters.iter().enumerate() {
+        let dropped: HashSet<&str> = f.dropped.iter().map(|(n, _)| &**n).collect();
+        kept.retain(|c| !dropped.contains(c));
+        names.push(f.name);
+        let mut list: Vec<String> = kept.iter().map(|c| (*c).to_owned()).collect();
+        // Upstream's quirk: the final sort works in place on the last filter's slice.
+        if i + 1 == outcome.filters.len()
+            && let Some(totals) = &totals
+        {
+            by_score(&mut list, totals);
+        }
+        filter_results.push(FilterStep {
+            name: names.join(","),
+            filtered_clusters: list,
+        });
+    }
+
+    let prioritize_results = outcome
+        .prioritizers
+        .iter()
+        .map(|p| PrioritizeStep {
+            name: p.name.clone(),
+            weight: p.weight,
+            scores: outcome
+                .filtered
+                .iter()
+                .zip(&p.scores)
+                .filter_map(|(c, s)| s.map(|s| (c.to_string(), s)))
+                .collect(),
+        })
+        .collect();
+
+    let mut aggregated_scores: Vec<ClusterScore> = match &totals {
+        Some(_) => outcome
+            .filtered
+            .iter()
+            .zip(&outcome.totals)
+            .map(|(c, t)| ClusterScore {
+                cluster_name: c.to_string(),
+                score: *t,
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    aggregated_scores.sort_by(|a, b| {
+        b.score
+            .cmp(&a.score)
+            .then_with(|| a.cluster_name.cmp(&b.cluster_name))
+    });
+
+    DebugResult {
+        placement: Some(Placement {
+            metadata: ObjectMeta {
+                name: placement.metadata.name.clone(),
+                namespace: placement.metadata.namespace.clone(),
+                labels: placement.metadata.labels.clone(),
+                annotations: placement.metadata.annotations.clone(),
+                ..Default::default()
+            },
+            spec: placement.spec.clone(),
+            status: None,
+        }),
+        filter_results,
+        prioritize_results,
+        aggregated_scores,
+        error: String::new(),
+    }
+}
