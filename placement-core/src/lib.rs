@@ -21,8 +21,7 @@ pub mod visibility;
 
 use std::collections::HashMap;
 
-use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use jiff::Timestamp;
 use ocm_api::cluster::v1beta1::DecisionGroupStatus;
 use ocm_api::wellknown::{annotation, placement_condition as pc, sort_by};
 use ocm_api::{ClusterDecision, Placement, PlacementDecision, PlacementStatus};
@@ -593,7 +592,7 @@ pub fn schedule_with(
     };
     let say_scores = window.say_scores;
     let last_score_update = window.last_score_update;
-    let requeue_at = earliest(s.requeue_at, window.held_until);
+    let mut requeue_at = earliest(s.requeue_at, window.held_until);
 
     let warning =
         (status.code == Code::Warning).then_some((status.message.as_str(), status.plugin.as_str()));
@@ -753,7 +752,6 @@ pub fn schedule_with(
 /// the default.
 /// Capped scores named one by one in a pass's notes; the rest are counted.
 const CAPPED_NOTES: usize = 10;
-
 
 #[cfg(test)]
 mod tests;

@@ -13,8 +13,8 @@
 
 pub mod events;
 mod listing;
-mod pass;
 pub mod metrics;
+mod pass;
 pub mod queue;
 mod slim;
 pub mod state;
@@ -43,11 +43,11 @@ use serde::de::DeserializeOwned;
 
 use listing::{Change, Lister, gone};
 use metrics::Metrics;
+use pass::{now_seconds, worker};
 use placement_core::{Code, Laps};
 use queue::Queue;
 use state::{Shared, State};
 use triggers::{Key, SlotSet};
-use pass::{now_seconds, worker};
 use writer::Writer;
 
 /// Who may write. The controller asks before every write.

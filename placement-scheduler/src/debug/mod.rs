@@ -84,7 +84,7 @@
 //! `filteredClusters`, which is `[]`; a prioritizer's `scores` has no entry for a cluster it
 //! has no opinion on (a cluster without the allocatable resource).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,7 +96,6 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInf
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use ocm_api::Placement;
@@ -105,7 +104,6 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use placement_core::{Code, Outcome};

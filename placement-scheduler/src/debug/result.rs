@@ -1,9 +1,10 @@
 //! The endpoint's answer: upstream's `DebugResult` shape, built from one scheduling outcome.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use ocm_api::Placement;
-use placement_core::{Code, Outcome};
+use placement_core::Outcome;
 use serde::{Deserialize, Serialize};
 
 /// The 200 answer (and, with only `error` set, every other one): upstream's `DebugResult`.

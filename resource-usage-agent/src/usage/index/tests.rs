@@ -31,13 +31,7 @@ fn pod(name: &str, node: Option<&str>, requests: Value) -> Pod {
     pod_with(name, node, requests, "Running", false)
 }
 
-fn pod_with(
-    name: &str,
-    node: Option<&str>,
-    requests: Value,
-    phase: &str,
-    deleting: bool,
-) -> Pod {
+fn pod_with(name: &str, node: Option<&str>, requests: Value, phase: &str, deleting: bool) -> Pod {
     let mut v = json!({
         "metadata": {"namespace": "ns", "name": name},
         "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]},
