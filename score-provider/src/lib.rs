@@ -32,6 +32,3 @@ pub use hub::HubClient;
 pub use provider::{Change, Computed, Outcome, ProviderError, ScoreError, ScoreProvider, Scores};
 pub use runner::{Runner, Settings};
 pub use writer::{ScoreWriter, WriteSettings};
-
-#[cfg(test)]
-mod layering;

@@ -1,12 +1,16 @@
-//! The design rule the crate split exists for: the scheduling core and its CEL environment do
-//! no IO. Their normal dependency trees hold no Kubernetes client, no async runtime and no HTTP
-//! stack, and their sources read no clock (the caller passes `now` and a deadline).
+//! The crate graph's rules, checked on the workspace as it is (one place for all of them):
+//!
+//! - the scheduling core and its CEL environment do no IO: their normal dependency trees hold
+//!   no Kubernetes client, no async runtime and no HTTP stack, and their sources read no clock
+//!   (the caller passes `now` and a deadline);
+//! - the score-provider framework knows none of its providers: its tree holds no provider
+//!   crate and nothing only a provider needs (the host probe).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Crates that would let the core talk to the API server, spawn tasks or open connections.
-const FORBIDDEN: &[&str] = &[
+const NO_IO: &[&str] = &[
     "kube",
     "kube-client",
     "kube-runtime",
@@ -15,11 +19,30 @@ const FORBIDDEN: &[&str] = &[
     "reqwest",
 ];
 
+/// Each package, what its normal dependency tree must not hold, and the rule's name.
+const RULES: &[(&str, &[&str], &str)] = &[
+    ("placement-core", NO_IO, "stay sans-IO"),
+    ("ocm-cel", NO_IO, "stay sans-IO"),
+    (
+        "score-provider",
+        &[
+            "resource-usage-agent",
+            "addon-manager-and-scorer",
+            "sysinfo",
+        ],
+        "know none of its providers",
+    ),
+];
+
 /// Clock reads; the core takes time as input instead.
 const CLOCK_READS: &[&str] = &["Timestamp::now", "SystemTime::now", "Instant::now"];
 
-/// The sans-IO crates and their folders, relative to this crate's.
-const CRATES: &[(&str, &str)] = &[("placement-core", "."), ("ocm-cel", "../ocm-cel")];
+/// The sans-IO crates' folders, relative to the workspace root.
+const CLOCK_FREE: &[&str] = &["placement-core", "ocm-cel"];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 
 /// The package names in `cargo tree -p <package> -e normal`, one per line.
 fn normal_dependencies(package: &str) -> Vec<String> {
@@ -34,7 +57,7 @@ fn normal_dependencies(package: &str) -> Vec<String> {
             "-p",
         ])
         .arg(package)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(workspace_root())
         .output()
         .unwrap_or_else(|e| panic!("cannot run cargo tree: {e}"));
     assert!(
@@ -50,8 +73,8 @@ fn normal_dependencies(package: &str) -> Vec<String> {
 }
 
 #[test]
-fn no_client_runtime_or_http_stack_in_the_dependency_trees() {
-    for (package, _) in CRATES {
+fn each_crate_depends_only_on_what_its_layer_allows() {
+    for (package, forbidden, rule) in RULES {
         let tree = normal_dependencies(package);
         assert!(
             tree.iter().any(|name| name == package),
@@ -59,11 +82,11 @@ fn no_client_runtime_or_http_stack_in_the_dependency_trees() {
         );
         let offending: Vec<&String> = tree
             .iter()
-            .filter(|name| FORBIDDEN.contains(&name.as_str()))
+            .filter(|name| forbidden.contains(&name.as_str()))
             .collect();
         assert!(
             offending.is_empty(),
-            "{package} must stay sans-IO, but its normal dependencies include {offending:?} \
+            "{package} must {rule}, but its normal dependencies include {offending:?} \
              (see `cargo tree -p {package} -e normal -i <crate>` for the path)"
         );
     }
@@ -87,10 +110,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 #[test]
 fn no_clock_read_in_the_sources() {
     let mut found = Vec::new();
-    for (_, folder) in CRATES {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(folder)
-            .join("src");
+    for folder in CLOCK_FREE {
+        let src = workspace_root().join(folder).join("src");
         let mut files = Vec::new();
         rust_files(&src, &mut files);
         assert!(!files.is_empty(), "no sources under {}", src.display());
