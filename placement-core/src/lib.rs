@@ -75,9 +75,13 @@ pub struct Outcome {
     pub status: Status,
     /// Things the user should know that are not a status (clamped score values, ...).
     pub notes: Vec<String>,
-    /// Scores a prioritizer used whose `validUntil` lay beyond the validity bound (see
-    /// [`snapshot::MaxScoreValidity`]), sorted, once per cluster and score object. The
-    /// controller warns about them in the Placement's events.
+    /// Scores a prioritizer used that the validity bound (see [`snapshot::MaxScoreValidity`])
+    /// has ended while their `validUntil` still lay ahead (or was unset), sorted, once per
+    /// cluster and score object: where this pass differs from upstream's. The controller
+    /// warns about them in the Placement's events. Scores that are capped but still count
+    /// are only noted: the bound has changed nothing yet, so it is not news (and a fleet
+    /// whose providers claim long validity, as upstream's benchmark does, would otherwise
+    /// cost every new placement a Warning).
     pub validity_capped: Vec<CappedScore>,
     pub groups: Vec<Group>,
     /// The PlacementDecisions that should exist once the writes are done.
@@ -292,7 +296,8 @@ fn run<'a>(
                         ));
                     }
                 }
-                out.validity_capped.extend(r.capped);
+                out.validity_capped
+                    .extend(r.capped.into_iter().filter(|c| now > c.until));
                 out.requeue_at = earliest(out.requeue_at, r.next_expiry);
                 r.scores
             }

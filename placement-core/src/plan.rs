@@ -129,15 +129,18 @@ pub fn score_note<'a>(totals: impl Iterator<Item = (&'a str, i64)>) -> Option<St
     any.then_some(note)
 }
 
-/// The `ScoreValidityCapped` Warning about `capped` (not related to a decision), `None` when
-/// nothing was capped. Its note lists each score as `<cluster>/<score> (validUntil <t>) counts
-/// until <t>`, cut before 1000 characters with `......` like the ScoreUpdate note.
+/// The `ScoreValidityCapped` Warning about `capped`, the scores the validity bound has ended
+/// (not related to a decision), `None` when there are none. Its note lists each score as
+/// `<cluster>/<score> (validUntil <t>) counts until <t>`, cut before 1000 characters with
+/// `......` like the ScoreUpdate note.
 pub fn validity_capped_event(capped: &[super::CappedScore]) -> Option<Event> {
     const MAX: usize = 1000;
     if capped.is_empty() {
         return None;
     }
-    let mut note = String::from("validUntil beyond the scheduler's bound (--max-score-validity): ");
+    let mut note = String::from(
+        "scores ended by the scheduler's bound (--max-score-validity) before their validUntil: ",
+    );
     for (i, c) in capped.iter().enumerate() {
         let piece = format!("{}{c}", if i == 0 { "" } else { "; " });
         if note.len() + piece.len() > MAX {

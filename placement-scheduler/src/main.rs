@@ -100,8 +100,8 @@ impl LimitArgs {
 struct ValidityArgs {
     /// A score counts for at most this long after the scheduler saw it written, whatever its
     /// `validUntil` says (a far-future or missing one included: upstream keeps those
-    /// forever); a Warning event `ScoreValidityCapped` names such scores. 0 turns the bound
-    /// off. `simulate` has no write times and counts from --now.
+    /// forever); a Warning event `ScoreValidityCapped` names the scores the bound has ended.
+    /// 0 turns the bound off. `simulate` has no write times and counts from --now.
     #[arg(long, env = "MAX_SCORE_VALIDITY", default_value = "10m", value_parser = ocm_runtime::leader::parse_duration)]
     max_score_validity: Duration,
 }
@@ -144,13 +144,18 @@ struct ControllerArgs {
     /// placement schedules it at once (bursts are spaced by --min-pass-interval).
     #[arg(long, env = "EVENT_DEBOUNCE", default_value = "0s", value_parser = ocm_runtime::leader::parse_duration)]
     event_debounce: Duration,
-    /// In a burst (two or more events for a placement since its last pass started), its
-    /// next pass starts no sooner than this after the last one started, and so on while
-    /// events keep coming: a thousand score updates in a second cost about ten passes at
-    /// 100ms. A lone event is never delayed by it. 0s: no spacing (events that arrive while
-    /// a placement is queued or being scheduled still coalesce into one more pass).
+    /// In a burst (two or more events for a placement since its last pass started, or while
+    /// it waited for a worker), its next pass waits until its events pause this long, and
+    /// starts no sooner than this after the last one started: a thousand score updates in a
+    /// second cost a placement about two passes. A lone event is never delayed by it. 0s: no
+    /// spacing (events that arrive while a placement is queued or being scheduled still
+    /// coalesce into one more pass).
     #[arg(long, env = "MIN_PASS_INTERVAL", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
     min_pass_interval: Duration,
+    /// In a burst, the longest a placement's pass waits for its events to pause, from the
+    /// first event it waits for: a storm that never pauses still gets a pass this often.
+    #[arg(long, env = "MAX_BURST_DELAY", default_value = "2s", value_parser = ocm_runtime::leader::parse_duration)]
+    max_burst_delay: Duration,
     /// 0s (the default): placements using Balance are rescored when their own inputs change
     /// and at the resync, as upstream does; other placements' moves do not wake them. A
     /// duration (e.g. 5m): that long after other placements' decisions moved, the Balance
@@ -384,6 +389,7 @@ async fn controller_cmd(
         pacing: controller::queue::Pacing {
             debounce: args.event_debounce,
             spacing: args.min_pass_interval,
+            max_delay: args.max_burst_delay,
         },
         balance_delay: args.balance_delay,
         leader,

@@ -34,7 +34,9 @@ fn run(observed: Option<i64>, valid_until: Option<i64>, bound: Option<i64>) -> O
 
 #[test]
 fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
-    // (observed, validUntil, bound) -> (value, counts until (capped), requeue at)
+    // (observed, validUntil, bound) -> (value, ended by the bound at (validity_capped),
+    // requeue at). A capped score that still counts is noted, not reported: the bound has
+    // changed nothing yet.
     type Case = (
         Option<i64>,
         Option<i64>,
@@ -50,14 +52,7 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
         ),
         (
             "ten years ahead, fresh",
-            (
-                Some(-60),
-                Some(TEN_YEARS),
-                Some(600),
-                40,
-                Some(540),
-                Some(541),
-            ),
+            (Some(-60), Some(TEN_YEARS), Some(600), 40, None, Some(541)),
         ),
         (
             "ten years ahead, stale",
@@ -65,7 +60,7 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
         ),
         (
             "unset, fresh",
-            (Some(-60), None, Some(600), 40, Some(540), Some(541)),
+            (Some(-60), None, Some(600), 40, None, Some(541)),
         ),
         (
             "unset, stale",
@@ -73,7 +68,7 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
         ),
         (
             "exactly at the bound (expiry is strict)",
-            (Some(-600), Some(TEN_YEARS), Some(600), 40, Some(0), Some(1)),
+            (Some(-600), Some(TEN_YEARS), Some(600), 40, None, Some(1)),
         ),
         (
             "expired by its own validUntil first",
@@ -95,16 +90,25 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
             (Some(-700), None, None, 40, None, None),
         ),
         // A file has no observation time: the bound counts from now, so it never ends a
-        // score at this instant and adds no requeue; a far validUntil is still reported.
+        // score at this instant and adds no requeue (a far validUntil is still noted).
         (
             "file, ten years ahead",
-            (None, Some(TEN_YEARS), Some(600), 40, Some(600), None),
+            (None, Some(TEN_YEARS), Some(600), 40, None, None),
         ),
         ("file, unset", (None, None, Some(600), 40, None, None)),
         (
             "file, within the bound",
             (None, Some(120), Some(600), 40, None, Some(121)),
         ),
+    ];
+    // Capped (a validUntil beyond the bound, or unset), whether or not it still counts.
+    const NOTED: &[&str] = &[
+        "ten years ahead, fresh",
+        "ten years ahead, stale",
+        "unset, fresh",
+        "unset, stale",
+        "exactly at the bound (expiry is strict)",
+        "file, ten years ahead",
     ];
     for (name, (observed, valid_until, bound, value, capped, requeue)) in cases {
         let o = run(*observed, *valid_until, *bound);
@@ -122,7 +126,9 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
                 until: ts(*until),
             })
             .collect();
-        assert_eq!(o.validity_capped, want, "{name}: capped");
+        assert_eq!(o.validity_capped, want, "{name}: ended by the bound");
+        let noted = o.notes.iter().any(|n| n.contains("validity capped"));
+        assert_eq!(noted, NOTED.contains(name), "{name}: noted: {:?}", o.notes);
         assert_eq!(o.requeue_at, requeue.map(ts), "{name}: requeue");
         let expired = *value == 0;
         assert_eq!(
@@ -140,12 +146,13 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
 }
 
 #[test]
-fn capped_scores_are_noted_once_per_score_and_make_one_warning_event() {
+fn capped_scores_are_noted_once_per_score_and_make_one_warning_event_once_ended() {
     let mut w = World::new(vec![cluster("a"), cluster("b")]);
+    // Observed 700 s ago: the 10-minute bound ended them 100 s ago.
     for c in ["a", "b"] {
         w.snapshot.upsert_score_observed(
             Arc::new(score(c, "r", &[("s", 40), ("t", 1)], Some(at(TEN_YEARS)))),
-            ts(-60),
+            ts(-700),
         );
     }
     // Two prioritizers read the same object: one entry per cluster and object.
@@ -177,7 +184,7 @@ fn capped_scores_are_noted_once_per_score_and_make_one_warning_event() {
         e.note
     );
     assert!(
-        e.note.contains("counts until 2026-06-01T12:09:00Z"),
+        e.note.contains("counts until 2026-06-01T11:58:20Z"),
         "{}",
         e.note
     );
@@ -193,11 +200,12 @@ fn capped_scores_are_noted_once_per_score_and_make_one_warning_event() {
 fn a_fleet_of_capped_scores_is_noted_for_the_first_ten_and_counted() {
     let names: Vec<String> = (0..15).map(|i| format!("c{i:02}")).collect();
     let mut w = World::new(names.iter().map(|n| cluster(n)).collect());
-    // Observed in reverse name order: the list still comes out sorted.
+    // Observed in reverse name order, and long enough ago for the bound to have ended them:
+    // the list still comes out sorted.
     for n in names.iter().rev() {
         w.snapshot.upsert_score_observed(
             Arc::new(score(n, "r", &[("s", 40)], Some(at(TEN_YEARS)))),
-            ts(-60),
+            ts(-700),
         );
     }
     let o = w.schedule(&placement("ns", "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [

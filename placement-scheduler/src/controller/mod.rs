@@ -170,7 +170,7 @@ impl crate::debug::DebugSource for Handle {
         self.state
             .read()
             .placements
-            .get(&(namespace.to_owned(), name.to_owned()))
+            .get(&triggers::key(namespace, name))
             .cloned()
     }
 
@@ -235,7 +235,7 @@ struct Ctx {
 
 impl Ctx {
     fn in_scope(&self, key: &Key) -> bool {
-        self.options.namespaces.is_empty() || self.options.namespaces.contains(&key.0)
+        self.options.namespaces.is_empty() || self.options.namespaces.iter().any(|n| **n == *key.0)
     }
 
     fn enqueue(&self, keys: BTreeSet<Key>) {
@@ -502,12 +502,18 @@ pub async fn run(
         watched(&ctx, false, move |st, ch| match ch {
             Change::Apply(p) => st.apply_placement(p),
             Change::Delete(p) => {
-                queue_of.queue.remove(&ns_name(&p));
-                lock(&queue_of.marks).remove(&ns_name(&p));
-                st.delete_placement(&ns_name(&p))
+                let key = triggers::key_of(&p);
+                queue_of.queue.remove(&key);
+                lock(&queue_of.marks).remove(&key);
+                st.delete_placement(&key)
             }
             Change::Listed(listed) => {
-                for k in gone(st.placements.keys().cloned(), &listed) {
+                let stored = st
+                    .placements
+                    .keys()
+                    .map(|(ns, name)| (ns.to_string(), name.to_string()));
+                for (ns, name) in gone(stored, &listed) {
+                    let k = triggers::key(&ns, &name);
                     queue_of.queue.remove(&k);
                     lock(&queue_of.marks).remove(&k);
                     st.delete_placement(&k);

@@ -106,7 +106,7 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         Ok(done) => done,
         Err(e) => {
             // A panic in the core: this placement only, retried with backoff.
-            tracing::error!(namespace = key.0, name = key.1, error = %e, "scheduling failed");
+            tracing::error!(namespace = &*key.0, name = &*key.1, error = %e, "scheduling failed");
             ctx.queue.add_rate_limited(key.clone());
             return;
         }
@@ -114,8 +114,8 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     if outcome.status.code == Code::Transient {
         // Nothing to write (the decisions and status stay); try again with backoff.
         tracing::warn!(
-            namespace = key.0,
-            name = key.1,
+            namespace = &*key.0,
+            name = &*key.1,
             plugin = outcome.status.plugin,
             message = outcome.status.message,
             "scheduling failed for a transient reason; decisions kept, retrying with backoff"
@@ -166,7 +166,7 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
                 })
                 .inc();
             if outcome.status.code != Code::Success {
-                tracing::info!(namespace = key.0, name = key.1, code = ?outcome.status.code, plugin = outcome.status.plugin, message = outcome.status.message, "scheduled with a problem");
+                tracing::info!(namespace = &*key.0, name = &*key.1, code = ?outcome.status.code, plugin = outcome.status.plugin, message = outcome.status.message, "scheduled with a problem");
             }
             if let Some(at) = outcome.requeue_at {
                 let wait = at.duration_since(now);
@@ -184,8 +184,8 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         Err(writer::WriteError::NotLeader(what)) => {
             // The new leader schedules everything when it takes over.
             tracing::info!(
-                namespace = key.0,
-                name = key.1,
+                namespace = &*key.0,
+                name = &*key.1,
                 what,
                 "not the leader any more; writes stopped"
             );
@@ -198,14 +198,14 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
                     result: "write_error".into(),
                 })
                 .inc();
-            tracing::warn!(namespace = key.0, name = key.1, error = %e, "writing the decisions failed; retrying with backoff");
+            tracing::warn!(namespace = &*key.0, name = &*key.1, error = %e, "writing the decisions failed; retrying with backoff");
             ctx.queue.add_rate_limited(key.clone());
         }
     }
 }
 
-/// The `ScoreValidityCapped` Warning, when the placement's capped scores changed since the
-/// last one (a placement that keeps using a capped score is not warned at every pass).
+/// The `ScoreValidityCapped` Warning, when the set of scores the validity bound has ended for
+/// this placement changed since the last one (not at every pass).
 fn warn_capped_validity(
     ctx: &Ctx,
     key: &Key,
@@ -221,10 +221,10 @@ fn warn_capped_validity(
         && let Some(event) = placement_core::plan::validity_capped_event(&outcome.validity_capped)
     {
         tracing::warn!(
-            namespace = key.0,
-            name = key.1,
+            namespace = &*key.0,
+            name = &*key.1,
             note = event.note,
-            "scores valid beyond the bound"
+            "scores ended by the validity bound"
         );
         ctx.writer.emit(placement, &[event]);
     }

@@ -16,7 +16,7 @@ use ocm_api::{
 };
 
 use super::slim;
-use super::triggers::{Index, Key, key_of};
+use super::triggers::{self, Index, Key, key_of};
 use placement_core::snapshot::decision_entries;
 use placement_core::{CappedScore, Snapshot};
 
@@ -57,9 +57,9 @@ pub struct State {
     /// set of keys: with 10,000 Balance users, copying them on every decision event was the
     /// controller's main cost.
     pub balance_dirty: bool,
-    /// A fingerprint of the capped scores each placement was last warned about
-    /// (`ScoreValidityCapped`): the event goes out when the set of capped scores changes,
-    /// not at every pass nor at every renewal of a capped score.
+    /// A fingerprint of the scores the validity bound ended that each placement was last
+    /// warned about (`ScoreValidityCapped`): the event goes out when that set changes, not at
+    /// every pass.
     /// Not the list itself: it names every filtered cluster, so 10,000 placements over 1,000
     /// clusters kept 10 million entries (about 1.5 GB).
     validity_warned: HashMap<Key, u64>,
@@ -276,7 +276,7 @@ impl State {
         let mut out = BTreeSet::new();
         for x in old.iter().map(|o| &**o).chain(std::iter::once(&d)) {
             if let Some(p) = placement_label(x) {
-                out.insert((ns.clone(), p.to_owned()));
+                out.insert(self.key(&ns, p));
             }
         }
         if moved {
@@ -294,7 +294,7 @@ impl State {
             .is_some_and(|w| w.delete);
         if let Some(old) = self.snapshot.decision(ns, name) {
             if let Some(p) = placement_label(&old).filter(|_| !echo) {
-                out.insert((ns.to_owned(), p.to_owned()));
+                out.insert(self.key(ns, p));
             }
             if decision_entries(&old).next().is_some() {
                 self.balance_dirty = true;
@@ -302,6 +302,14 @@ impl State {
         }
         self.snapshot.remove_decision(ns, name);
         out
+    }
+
+    /// The key of `namespace/name`, shared with the store's when it holds the placement.
+    pub fn key(&self, namespace: &str, name: &str) -> Key {
+        let k = triggers::key(namespace, name);
+        self.placements
+            .get_key_value(&k)
+            .map_or(k, |(stored, _)| stored.clone())
     }
 
     pub fn apply_placement(&mut self, p: Placement) -> BTreeSet<Key> {
@@ -425,7 +433,7 @@ mod tests {
     /// not schedule the placement again; a user's edit meanwhile still does.
     #[test]
     fn the_echo_of_our_own_write_schedules_nothing() {
-        let key = ("ns".to_owned(), "p".to_owned());
+        let key: Key = ("ns".into(), "p".into());
         let mut st = State::default();
         let with = |rv: &str, clusters: &[&str]| {
             let mut d = decision(
@@ -524,7 +532,7 @@ mod tests {
         }))
         .expect("a valid Placement");
         assert_eq!(st.apply_placement(p.clone()).len(), 1);
-        let key = ("ns".to_owned(), "p".to_owned());
+        let key: Key = ("ns".into(), "p".into());
         let kept = st.placements.get(&key).expect("stored");
         assert_eq!(kept.metadata.managed_fields, None);
         assert_eq!(kept.spec, p.spec);
@@ -548,7 +556,7 @@ mod tests {
     #[test]
     fn a_capped_score_warning_is_news_once_per_change() {
         let mut st = State::default();
-        let k = ("ns".to_owned(), "p".to_owned());
+        let k: Key = ("ns".into(), "p".into());
         assert!(!st.capped_changed(&k, &[]));
         assert!(st.capped_changed(&k, &capped(&["a", "b"], 600)));
         assert!(!st.capped_changed(&k, &capped(&["a", "b"], 600)));

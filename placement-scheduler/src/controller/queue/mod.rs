@@ -2,17 +2,20 @@
 //! backoff for failed writes. A key is never handed to two workers at once; a key that
 //! becomes dirty while it is being processed is handed out again when it is done.
 //!
-//! Pacing (leading edge): the first event for an idle placement is handed out at once.
+//! Pacing (leading edge): the first event for an idle placement is made ready at once.
 //! Events that arrive while it is queued or being scheduled coalesce into one more pass. A
-//! placement is in a burst when two or more events arrived since its last pass started (more
-//! than one pass can absorb): its next pass then starts no sooner than the spacing after the
-//! last one started, and so does every pass after it until two spaced passes in a row
-//! absorbed a single event each. So a thousand score updates in a second cost about one pass
-//! per spacing (a burst that trickles in also: its events wait for the spaced pass), while a
-//! lone change, or changes one pass apart (a user, or a benchmark, that waits for each to
-//! land), are scheduled at once; right after a burst, only the first two of them wait out
-//! the spacing. Passes are never more than events. An optional trailing debounce holds every event back for a fixed delay instead
-//! (the old behaviour, for operators who prefer fewer passes to latency).
+//! placement is in a burst when two or more further events arrived since its last pass
+//! started, or while it waited for a worker (more than one pass can absorb). In a burst its
+//! next pass waits until its events pause for the spacing (and starts no sooner than the
+//! spacing after the last one started), but no longer than the burst's longest delay after
+//! the first event it waits for; so a thousand score updates in a second cost a placement
+//! its leading pass and one after the burst, and a placement that was still waiting for a
+//! worker when the burst began costs one. A burst goes on until two spaced passes in a row
+//! absorbed a single event each. A lone change, or changes one pass apart (a user, or a
+//! benchmark, that waits for each to land), are scheduled at once; right after a burst, only
+//! the first two of them wait out the spacing. Passes are never more than events. An
+//! optional trailing debounce holds every event back for a fixed delay instead (the old
+//! behaviour, for operators who prefer fewer passes to latency).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -40,16 +43,22 @@ enum Due {
 pub struct Pacing {
     /// Every event waits this long before its pass (0: none, the leading edge).
     pub debounce: Duration,
-    /// In a burst, passes of one key start at least this far apart (0: no spacing).
+    /// In a burst, passes of one key start at least this far apart, and a pass waits for the
+    /// key's events to pause this long (0: no spacing, no burst).
     pub spacing: Duration,
+    /// In a burst, the longest a pass waits for the events to pause, from the first event it
+    /// waits for: a storm that never pauses still gets a pass this often.
+    pub max_delay: Duration,
 }
 
 impl Pacing {
-    /// The controller's default (`--event-debounce=0s --min-pass-interval=100ms`): no added
-    /// latency; a burst costs about as many passes as the old 100 ms debounce did.
+    /// The controller's default (`--event-debounce=0s --min-pass-interval=100ms
+    /// --max-burst-delay=2s`): no added latency for a lone event; a burst costs no more passes
+    /// than the old 100 ms debounce did.
     pub const DEFAULT: Pacing = Pacing {
         debounce: Duration::ZERO,
         spacing: Duration::from_millis(100),
+        max_delay: Duration::from_secs(2),
     };
 }
 
@@ -63,6 +72,29 @@ struct LastPass {
     burst: bool,
     /// Spaced passes in a row, up to this one, that absorbed a single event each.
     lone: u8,
+}
+
+/// A queued key held back by the burst spacing.
+struct Spaced {
+    /// The events its pass will absorb.
+    absorbed: u32,
+    /// The `lone` count of the pass before.
+    lone: u8,
+    /// The first event it waits for (the longest delay counts from here).
+    since: Instant,
+    /// The latest event for it.
+    last_event: Instant,
+    /// Events came after the one that deferred it: the burst goes on, wait for a pause.
+    more: bool,
+}
+
+/// A key in `ready`, waiting for a worker.
+struct ReadyWait {
+    /// The first event it waits for.
+    since: Instant,
+    /// Events after the one that made it ready.
+    events: u32,
+    last_event: Instant,
 }
 
 #[derive(Default)]
@@ -80,9 +112,11 @@ struct Inner {
     /// Keys removed (their object deleted) while a worker had them: the worker's requeue or
     /// backoff for them is dropped. Cleared when the key is done or added again.
     removed: HashSet<Key>,
-    /// Queued keys held back by the spacing, with the events their pass will absorb and the
-    /// `lone` count of the pass before.
-    spaced: HashMap<Key, (u32, u8)>,
+    /// Queued keys held back by the spacing.
+    spaced: HashMap<Key, Spaced>,
+    /// Keys in `ready` (with spacing on): a key that a burst reaches while it waits for a
+    /// worker waits for the burst instead.
+    waiting_worker: HashMap<Key, ReadyWait>,
     /// Keys whose last pass started less than the spacing ago (or are still processing).
     last: HashMap<Key, LastPass>,
     /// When each `last` entry stops mattering, in the order the passes started: entries are
@@ -98,8 +132,14 @@ impl Inner {
         if let Some(last) = self.last.get_mut(&key) {
             last.events = last.events.saturating_add(1);
         }
-        if let Some((n, _)) = self.spaced.get_mut(&key) {
-            *n = n.saturating_add(1);
+        if let Some(s) = self.spaced.get_mut(&key) {
+            s.absorbed = s.absorbed.saturating_add(1);
+            s.last_event = now;
+            s.more = true;
+        }
+        if let Some(w) = self.waiting_worker.get_mut(&key) {
+            w.events = w.events.saturating_add(1);
+            w.last_event = now;
         }
         if self.processing.contains(&key) {
             self.dirty_while_processing.insert(key);
@@ -121,7 +161,16 @@ impl Inner {
             // The events since the last pass started that this one absorbs (the last pass
             // had not seen them: they came during it or after).
             let (absorbed, lone) = last.map_or((1, 0), |l| (l.events.max(1), l.lone));
-            self.spaced.insert(key.clone(), (absorbed, lone));
+            self.spaced.insert(
+                key.clone(),
+                Spaced {
+                    absorbed,
+                    lone,
+                    since: now,
+                    last_event: now,
+                    more: false,
+                },
+            );
         }
         self.queued.insert(key.clone());
         match spaced_until.max(debounced) {
@@ -130,17 +179,68 @@ impl Inner {
                 .entry(at)
                 .or_default()
                 .push((key, Due::Deferred)),
-            None => self.ready.push_back(key),
+            None => self.make_ready(key, now),
         }
+    }
+
+    fn make_ready(&mut self, key: Key, since: Instant) {
+        if !self.pacing.spacing.is_zero() {
+            self.waiting_worker.insert(
+                key.clone(),
+                ReadyWait {
+                    since,
+                    events: 0,
+                    last_event: since,
+                },
+            );
+        }
+        self.ready.push_back(key);
+    }
+
+    /// When a key held back by a burst may go: its events paused for the spacing, or it has
+    /// waited the longest delay. `None`: now.
+    fn burst_wait(&self, since: Instant, last_event: Instant, now: Instant) -> Option<Instant> {
+        let at = (last_event + self.pacing.spacing).min(since + self.pacing.max_delay);
+        (at > now).then_some(at)
+    }
+
+    /// A ready key that a burst reached while it waited for a worker (two or more further
+    /// events) waits for the burst to pause instead; `true` when it was held back.
+    fn hold_for_burst(&mut self, key: &Key, now: Instant) -> bool {
+        let Some(w) = self.waiting_worker.remove(key) else {
+            return false;
+        };
+        if w.events < 2 {
+            return false;
+        }
+        let Some(at) = self.burst_wait(w.since, w.last_event, now) else {
+            return false;
+        };
+        self.spaced.insert(
+            key.clone(),
+            Spaced {
+                absorbed: w.events.saturating_add(1),
+                lone: 0,
+                since: w.since,
+                last_event: w.last_event,
+                more: true,
+            },
+        );
+        self.timers
+            .entry(at)
+            .or_default()
+            .push((key.clone(), Due::Deferred));
+        true
     }
 
     /// Hands the key to a worker.
     fn start(&mut self, key: Key, now: Instant) {
         self.queued.remove(&key);
+        self.waiting_worker.remove(&key);
         let (burst, lone) = match self.spaced.remove(&key) {
             None => (false, 0),
-            Some((absorbed, _)) if absorbed >= 2 => (true, 0),
-            Some((_, lone)) => {
+            Some(Spaced { absorbed, .. }) if absorbed >= 2 => (true, 0),
+            Some(Spaced { lone, .. }) => {
                 let lone = lone.saturating_add(1);
                 (lone < LONE_PASSES_END_A_BURST, lone)
             }
@@ -189,8 +289,26 @@ impl Inner {
         for (key, why) in due.into_values().flatten() {
             match why {
                 Due::Deferred => {
-                    if self.queued.contains(&key) {
-                        self.ready.push_back(key);
+                    if !self.queued.contains(&key) {
+                        continue;
+                    }
+                    // A burst that goes on: wait for its events to pause (within the longest
+                    // delay).
+                    let later = self
+                        .spaced
+                        .get(&key)
+                        .filter(|s| s.more)
+                        .and_then(|s| self.burst_wait(s.since, s.last_event, now));
+                    match later {
+                        Some(at) => self
+                            .timers
+                            .entry(at)
+                            .or_default()
+                            .push((key, Due::Deferred)),
+                        None => {
+                            let since = self.spaced.get(&key).map_or(now, |s| s.since);
+                            self.make_ready(key, since);
+                        }
                     }
                 }
                 Due::Requeue => {
@@ -454,10 +572,14 @@ impl Queue {
             let (batch, next_timer) = self.with(|i| {
                 let now = Instant::now();
                 i.promote_due(now);
-                let n = i.ready.len().min(max);
-                let batch: Vec<Key> = i.ready.drain(..n).collect();
-                for k in &batch {
-                    i.start(k.clone(), now);
+                let mut batch = Vec::new();
+                while batch.len() < max
+                    && let Some(k) = i.ready.pop_front()
+                {
+                    if !i.hold_for_burst(&k, now) {
+                        i.start(k.clone(), now);
+                        batch.push(k);
+                    }
                 }
                 (batch, i.next_wakeup())
             });

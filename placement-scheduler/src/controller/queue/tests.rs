@@ -5,6 +5,7 @@ async fn a_burst_within_the_debounce_is_one_pass() {
     let q = Queue::with_pacing(Pacing {
         debounce: Duration::from_millis(100),
         spacing: Duration::ZERO,
+        max_delay: Duration::ZERO,
     });
     let start = Instant::now();
     for _ in 0..1000 {
