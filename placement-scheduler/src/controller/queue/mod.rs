@@ -174,13 +174,18 @@ impl Inner {
         }
         self.queued.insert(key.clone());
         match spaced_until.max(debounced) {
-            Some(at) => self
-                .timers
-                .entry(at)
-                .or_default()
-                .push((key, Due::Deferred)),
+            Some(at) => self.timer(at, key, Due::Deferred),
             None => self.make_ready(key, now),
         }
+    }
+
+    /// Sets a timer. Most instants hold one key (each requeue time is its own): a vector
+    /// for one, not the default four.
+    fn timer(&mut self, at: Instant, key: Key, why: Due) {
+        self.timers
+            .entry(at)
+            .or_insert_with(|| Vec::with_capacity(1))
+            .push((key, why));
     }
 
     fn make_ready(&mut self, key: Key, since: Instant) {
@@ -226,10 +231,7 @@ impl Inner {
                 more: true,
             },
         );
-        self.timers
-            .entry(at)
-            .or_default()
-            .push((key.clone(), Due::Deferred));
+        self.timer(at, key.clone(), Due::Deferred);
         true
     }
 
@@ -300,11 +302,7 @@ impl Inner {
                         .filter(|s| s.more)
                         .and_then(|s| self.burst_wait(s.since, s.last_event, now));
                     match later {
-                        Some(at) => self
-                            .timers
-                            .entry(at)
-                            .or_default()
-                            .push((key, Due::Deferred)),
+                        Some(at) => self.timer(at, key, Due::Deferred),
                         None => {
                             let since = self.spaced.get(&key).map_or(now, |s| s.since);
                             self.make_ready(key, since);
@@ -466,7 +464,7 @@ impl Queue {
                 return;
             }
             i.requeues.insert(key.clone(), at);
-            i.timers.entry(at).or_default().push((key, Due::Requeue));
+            i.timer(at, key, Due::Requeue);
         });
         self.notify.notify_one();
     }
