@@ -8,6 +8,7 @@
 //! A score whose validity was cut short is reported ([`CappedScore`]).
 
 use jiff::Timestamp;
+use ocm_api::cluster::v1alpha1::AddOnPlacementScoreStatus;
 use ocm_api::cluster::v1beta1::AddOnScore;
 use ocm_api::wellknown::limits;
 
@@ -60,22 +61,60 @@ struct Expiry {
 }
 
 fn expiry(cell: &ScoreCell, bound: MaxScoreValidity, now: Timestamp) -> Expiry {
-    let cap = bound.0.map(|b| {
-        cell.observed_at
-            .unwrap_or(now)
-            .checked_add(b)
-            .unwrap_or(Timestamp::MAX)
-    });
-    let (at, capped) = match (cell.valid_until, cap) {
-        (Some(v), Some(c)) if v > c => (Some(c), true),
-        (None, Some(c)) => (Some(c), true),
-        (v, _) => (v, false),
-    };
+    let at = counts_until(cell.valid_until, cell.observed_at.unwrap_or(now), bound);
     Expiry {
         at,
-        capped,
+        capped: at != cell.valid_until,
         observed: cell.observed_at.is_some(),
     }
+}
+
+/// When a score stops counting: its `validUntil`, or the bound after it was observed,
+/// whichever is earlier (`None`: never).
+fn counts_until(
+    valid_until: Option<Timestamp>,
+    observed_at: Timestamp,
+    bound: MaxScoreValidity,
+) -> Option<Timestamp> {
+    let cap = bound
+        .0
+        .map(|b| observed_at.checked_add(b).unwrap_or(Timestamp::MAX));
+    match (valid_until, cap) {
+        (Some(v), Some(c)) => Some(v.min(c)),
+        (v, c) => v.or(c),
+    }
+}
+
+/// Whether a new version of a score, observed `now`, changes no pass's outcome before the
+/// old version would have stopped counting: the same items (CEL's `scores()` reads them, the
+/// AddOn prioritizer their values), the old version still counts, and the new one counts
+/// at least as long. Every placement that used the old version has a timer for when it
+/// stops counting ([`AddOnScores::next_expiry`]) and sees the new one then; until then its
+/// passes would come out the same. So an agent that renews its unchanged score every minute
+/// need not reschedule every placement that reads it. `old_observed_at`: when the old
+/// version was observed (`None`, unknown: not a mere renewal).
+pub fn renewal_changes_nothing(
+    old: Option<&AddOnPlacementScoreStatus>,
+    old_observed_at: Option<Timestamp>,
+    new: Option<&AddOnPlacementScoreStatus>,
+    bound: MaxScoreValidity,
+    now: Timestamp,
+) -> bool {
+    let (Some(old), Some(observed), Some(new)) = (old, old_observed_at, new) else {
+        return false;
+    };
+    if old.scores != new.scores {
+        return false;
+    }
+    let old_until = counts_until(old.valid_until.as_ref().map(|t| t.0), observed, bound);
+    let new_until = counts_until(new.valid_until.as_ref().map(|t| t.0), now, bound);
+    let old_counts = old_until.is_none_or(|u| now <= u);
+    let lasts = match (old_until, new_until) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(o), Some(n)) => n >= o,
+    };
+    old_counts && lasts
 }
 
 pub fn score(

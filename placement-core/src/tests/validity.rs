@@ -231,3 +231,130 @@ fn a_fleet_of_capped_scores_is_noted_for_the_first_ten_and_counted() {
         "AddOn/r/s: validity capped (10m after it was observed) for 5 more scores"
     );
 }
+
+/// A renewal (same items, counts at least as long, the old version still counting) changes
+/// no pass before the old version's end, for which every placement that used it has a timer.
+#[test]
+fn a_renewal_that_changes_no_item_and_ends_no_sooner_changes_nothing() {
+    use crate::prioritize::addon::renewal_changes_nothing;
+    use ocm_api::cluster::v1alpha1::AddOnPlacementScoreStatus;
+
+    let status = |value: i32, valid_until: Option<i64>| -> AddOnPlacementScoreStatus {
+        serde_json::from_value(json!({
+            "scores": [{"name": "s", "value": value}],
+            "validUntil": valid_until.map(|v| at(v).0.to_string()),
+        }))
+        .expect("a valid status")
+    };
+    let bound = MaxScoreValidity(Some(SignedDuration::from_mins(10)));
+    let off = MaxScoreValidity(None);
+    // (old status, old observed, new status, bound) -> a renewal that changes nothing
+    let cases: &[(
+        &str,
+        AddOnPlacementScoreStatus,
+        Option<i64>,
+        AddOnPlacementScoreStatus,
+        MaxScoreValidity,
+        bool,
+    )] = &[
+        (
+            "validUntil moved later",
+            status(40, Some(60)),
+            Some(-60),
+            status(40, Some(120)),
+            bound,
+            true,
+        ),
+        (
+            "the same validUntil",
+            status(40, Some(60)),
+            Some(-60),
+            status(40, Some(60)),
+            bound,
+            true,
+        ),
+        (
+            "a value changed",
+            status(40, Some(60)),
+            Some(-60),
+            status(41, Some(120)),
+            bound,
+            false,
+        ),
+        (
+            "validUntil moved earlier",
+            status(40, Some(120)),
+            Some(-60),
+            status(40, Some(60)),
+            bound,
+            false,
+        ),
+        (
+            "the old one had expired",
+            status(40, Some(-5)),
+            Some(-60),
+            status(40, Some(120)),
+            bound,
+            false,
+        ),
+        (
+            "the bound had ended the old one",
+            status(40, Some(TEN_YEARS)),
+            Some(-700),
+            status(40, Some(TEN_YEARS)),
+            bound,
+            false,
+        ),
+        (
+            "far ahead, renewed within the bound",
+            status(40, Some(TEN_YEARS)),
+            Some(-60),
+            status(40, Some(TEN_YEARS)),
+            bound,
+            true,
+        ),
+        (
+            "unset, renewed within the bound",
+            status(40, None),
+            Some(-60),
+            status(40, None),
+            bound,
+            true,
+        ),
+        (
+            "unset without a bound: never ends, nor does the new one",
+            status(40, None),
+            Some(-60),
+            status(40, None),
+            off,
+            true,
+        ),
+        (
+            "never ending before, ending now",
+            status(40, None),
+            Some(-60),
+            status(40, Some(120)),
+            off,
+            false,
+        ),
+        (
+            "unknown observation",
+            status(40, Some(60)),
+            None,
+            status(40, Some(120)),
+            bound,
+            false,
+        ),
+    ];
+    for (name, old, observed, new, bound, want) in cases {
+        let got = renewal_changes_nothing(Some(old), observed.map(ts), Some(new), *bound, ts(0));
+        assert_eq!(got, *want, "{name}");
+    }
+    assert!(!renewal_changes_nothing(
+        None,
+        Some(ts(0)),
+        Some(&status(1, None)),
+        bound,
+        ts(0)
+    ));
+}

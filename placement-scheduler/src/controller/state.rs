@@ -17,6 +17,7 @@ use ocm_api::{
 
 use super::slim;
 use super::triggers::{self, Index, Key, key_of};
+use placement_core::prioritize::addon::renewal_changes_nothing;
 use placement_core::snapshot::decision_entries;
 use placement_core::{CappedScore, Snapshot};
 
@@ -216,19 +217,28 @@ impl State {
 
     /// Applies an AddOnPlacementScore observed now: a new status restarts its validity bound
     /// (see `placement_core::snapshot::MaxScoreValidity`), an unchanged one (a relist) does not.
+    /// A renewal that changes no item and counts no shorter (an agent's refresh) schedules
+    /// nothing: see [`renewal_changes_nothing`].
     pub fn apply_score(&mut self, s: AddOnPlacementScore) -> BTreeSet<Key> {
         let s = slim::score(s);
         let ns = s.metadata.namespace.clone().unwrap_or_default();
         let name = s.metadata.name.clone().unwrap_or_default();
-        if self
-            .snapshot
-            .score(&ns, &name)
-            .is_some_and(|old| old.status == s.status)
-        {
+        let now = jiff::Timestamp::now();
+        let old = self.snapshot.score(&ns, &name);
+        if old.is_some_and(|old| old.status == s.status) {
             return BTreeSet::new();
         }
-        self.snapshot
-            .upsert_score_observed(Arc::new(s), jiff::Timestamp::now());
+        let renewal = renewal_changes_nothing(
+            old.and_then(|o| o.status.as_ref()),
+            self.snapshot.score_observed_at(&ns, &name),
+            s.status.as_ref(),
+            self.snapshot.max_score_validity(),
+            now,
+        );
+        self.snapshot.upsert_score_observed(Arc::new(s), now);
+        if renewal {
+            return BTreeSet::new();
+        }
         self.index.for_score(&name).cloned().collect()
     }
 

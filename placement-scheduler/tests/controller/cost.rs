@@ -554,3 +554,47 @@ async fn our_own_writes_start_no_pass() {
         "(passes, PlacementDecision creates, their status patches, Placement status patches)"
     );
 }
+
+/// Issue 17, item 2 (no work at rest): an agent that renews its unchanged score (a later
+/// `validUntil`, the same items, as the resource-usage agent does every minute) schedules no
+/// placement; a change of value still does, at once.
+#[tokio::test]
+async fn a_renewed_score_that_changes_nothing_schedules_nothing() {
+    let hub = Hub::new("pl-renew").await;
+    let names = hub.clusters(&["a", "b", "c"], json!({})).await;
+    let handle = hub.controller.as_ref().unwrap().handle.clone();
+    // Within the validity bound (10 minutes), and far enough for no expiry timer to fire.
+    let valid_until = |secs: i64| {
+        (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(secs))
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    };
+    for (i, c) in names.iter().enumerate() {
+        let v = i32::try_from(i).unwrap() * 10;
+        hub.score(c, "demo", &[("demo", v)], Some(&valid_until(300)))
+            .await;
+    }
+    hub.placement("p", json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1}]}})).await;
+    hub.expect("p", &["c"]).await;
+    quiet(&handle).await;
+    let before = passes(&handle);
+    // Twenty renewals, each a little later.
+    for k in 0..20 {
+        for (i, c) in names.iter().enumerate() {
+            let v = i32::try_from(i).unwrap() * 10;
+            hub.score(c, "demo", &[("demo", v)], Some(&valid_until(310 + k)))
+                .await;
+        }
+    }
+    // A real change after them (the watch delivers in order): one pass moves the placement.
+    hub.score(&names[0], "demo", &[("demo", 90)], Some(&valid_until(330)))
+        .await;
+    hub.expect("p", &["a"]).await;
+    quiet(&handle).await;
+    assert_eq!(
+        passes(&handle) - before,
+        1,
+        "60 renewals and one change of value"
+    );
+}
