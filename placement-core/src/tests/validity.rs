@@ -249,14 +249,15 @@ fn a_renewal_that_changes_no_item_and_ends_no_sooner_changes_nothing() {
     let bound = MaxScoreValidity(Some(SignedDuration::from_mins(10)));
     let off = MaxScoreValidity(None);
     // (old status, old observed, new status, bound) -> a renewal that changes nothing
-    let cases: &[(
-        &str,
+    type Case = (
+        &'static str,
         AddOnPlacementScoreStatus,
         Option<i64>,
         AddOnPlacementScoreStatus,
         MaxScoreValidity,
         bool,
-    )] = &[
+    );
+    let cases: &[Case] = &[
         (
             "validUntil moved later",
             status(40, Some(60)),
