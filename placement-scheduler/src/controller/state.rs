@@ -316,7 +316,12 @@ impl State {
 
     /// The key of `namespace/name`, shared with the store's when it holds the placement.
     pub fn key(&self, namespace: &str, name: &str) -> Key {
-        let k = triggers::key(namespace, name);
+        self.shared(triggers::key(namespace, name))
+    }
+
+    /// `k`, or the equal key the store holds (one allocation per placement, not one per
+    /// event).
+    fn shared(&self, k: Key) -> Key {
         self.placements
             .get_key_value(&k)
             .map_or(k, |(stored, _)| stored.clone())
@@ -324,7 +329,7 @@ impl State {
 
     pub fn apply_placement(&mut self, p: Placement) -> BTreeSet<Key> {
         let p = slim::placement(p);
-        let key = key_of(&p);
+        let key = self.shared(key_of(&p));
         if let Some(old) = self.placements.get(&key) {
             if is_older(
                 p.metadata.resource_version.as_ref(),
@@ -342,7 +347,7 @@ impl State {
                 return BTreeSet::new();
             }
         }
-        self.index.upsert(&p);
+        self.index.upsert(&key, &p);
         self.placements.insert(key.clone(), Arc::new(p));
         BTreeSet::from([key])
     }

@@ -102,9 +102,9 @@ pub struct Index {
 }
 
 impl Index {
-    pub fn upsert(&mut self, p: &Placement) {
-        let key = key_of(p);
-        self.remove(&key);
+    /// Indexes `p` under `key` (the store's own, so that the index shares it).
+    pub fn upsert(&mut self, key: &Key, p: &Placement) {
+        self.remove(key);
         let r = reads(p);
         for res in &r.resources {
             self.by_resource
@@ -122,7 +122,7 @@ impl Index {
             .entry(key.0.clone())
             .or_default()
             .insert(key.clone());
-        self.reads.insert(key, r);
+        self.reads.insert(key.clone(), r);
     }
 
     pub fn remove(&mut self, key: &Key) {
@@ -267,6 +267,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn upsert(idx: &mut Index, p: &Placement) {
+        idx.upsert(&key_of(p), p);
+    }
+
     fn placement(ns: &str, name: &str, spec: serde_json::Value) -> Placement {
         serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}, "spec": spec}))
             .unwrap()
@@ -298,8 +302,15 @@ mod tests {
     fn removed_placements_leave_no_empty_sets() {
         let mut idx = Index::default();
         for i in 0..1000 {
-            idx.upsert(&placement(&format!("ns{i}"), "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
-                {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": format!("r{i}"), "scoreName": "s"}}}]}})));
+            upsert(
+                &mut idx,
+                &placement(
+                    &format!("ns{i}"),
+                    "p",
+                    json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
+                {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": format!("r{i}"), "scoreName": "s"}}}]}}),
+                ),
+            );
         }
         assert_eq!(
             (idx.by_resource.len(), idx.by_namespace.len()),
@@ -315,10 +326,24 @@ mod tests {
     #[test]
     fn index_fans_out() {
         let mut idx = Index::default();
-        idx.upsert(&placement("a", "addon", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
-            {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}}]}})));
-        idx.upsert(&placement("a", "cel", json!({"clusterSets": ["x"], "predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": ["managedCluster.scores(\"q\").size() > 0"]}}}]})));
-        idx.upsert(&placement("b", "default", json!({})));
+        upsert(
+            &mut idx,
+            &placement(
+                "a",
+                "addon",
+                json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
+            {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}}]}}),
+            ),
+        );
+        upsert(
+            &mut idx,
+            &placement(
+                "a",
+                "cel",
+                json!({"clusterSets": ["x"], "predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": ["managedCluster.scores(\"q\").size() > 0"]}}}]}),
+            ),
+        );
+        upsert(&mut idx, &placement("b", "default", json!({})));
         let keys = |it: Vec<&Key>| {
             it.into_iter()
                 .map(|k| format!("{}/{}", k.0, k.1))

@@ -38,6 +38,27 @@ fn worker(
     (task, starts)
 }
 
+/// An event for each of `keys` every millisecond for `lasting`, then ten quiet seconds while
+/// the worker catches up (stopped then): the last event's time and the passes' starts.
+async fn storm(
+    q: &Arc<Queue>,
+    keys: &[Key],
+    lasting: Duration,
+    (task, starts): (tokio::task::JoinHandle<()>, Arc<Mutex<Vec<Instant>>>),
+) -> (Instant, Vec<Instant>) {
+    let begin = Instant::now();
+    let mut last_event = begin;
+    while last_event - begin < lasting {
+        q.add_all(keys);
+        last_event = Instant::now();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    task.abort();
+    let starts = starts.lock().unwrap().clone();
+    (last_event, starts)
+}
+
 #[test]
 fn the_default_adds_no_latency() {
     assert_eq!(Pacing::DEFAULT.debounce, Duration::ZERO);
@@ -92,16 +113,8 @@ async fn events_during_a_pass_make_exactly_one_more() {
 #[tokio::test(start_paused = true)]
 async fn a_burst_over_a_second_costs_two_passes() {
     let q = queue();
-    let (task, starts) = worker(&q, Duration::from_millis(2));
-    let mut last_event = Instant::now();
-    for _ in 0..1000 {
-        q.add(k("a"));
-        last_event = Instant::now();
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    task.abort();
-    let starts = starts.lock().unwrap().clone();
+    let passes = worker(&q, Duration::from_millis(2));
+    let (last_event, starts) = storm(&q, &[k("a")], Duration::from_secs(1), passes).await;
     assert_eq!(starts.len(), 2, "{starts:?}");
     assert_eq!(starts[1], last_event + SPACING);
     // Every key of the burst is forgotten once it is over.
@@ -114,17 +127,8 @@ async fn a_burst_over_a_second_costs_two_passes() {
 async fn a_storm_that_never_pauses_gets_a_pass_every_max_delay() {
     let q = queue();
     let max_delay = Pacing::DEFAULT.max_delay;
-    let (task, starts) = worker(&q, Duration::from_millis(2));
-    let begin = Instant::now();
-    let mut last_event = begin;
-    while last_event - begin < Duration::from_secs(5) {
-        q.add(k("a"));
-        last_event = Instant::now();
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    task.abort();
-    let starts = starts.lock().unwrap().clone();
+    let passes = worker(&q, Duration::from_millis(2));
+    let (last_event, starts) = storm(&q, &[k("a")], Duration::from_secs(5), passes).await;
     // 0, about 2 s, about 4 s, and after the storm.
     assert_eq!(starts.len(), 4, "{starts:?}");
     for pair in starts.windows(2) {
@@ -143,17 +147,9 @@ async fn a_storm_that_never_pauses_gets_a_pass_every_max_delay() {
 #[tokio::test(start_paused = true)]
 async fn placements_a_burst_reaches_in_the_queue_cost_one_pass_each() {
     let q = queue();
-    let (task, starts) = worker(&q, Duration::from_millis(5));
+    let passes = worker(&q, Duration::from_millis(5));
     let keys: Vec<Key> = (0..10).map(|i| k(&format!("p{i}"))).collect();
-    let mut last_event = Instant::now();
-    for _ in 0..1000 {
-        q.add_all(&keys);
-        last_event = Instant::now();
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    task.abort();
-    let starts = starts.lock().unwrap().clone();
+    let (last_event, starts) = storm(&q, &keys, Duration::from_secs(1), passes).await;
     // p0: at once and after the burst; p1..p9: after the burst only (the worker passes
     // one at a time, 5 ms each).
     assert_eq!(starts.len(), 11, "{starts:?}");
