@@ -563,6 +563,8 @@ async fn a_renewed_score_that_changes_nothing_schedules_nothing() {
     let hub = Hub::new("pl-renew").await;
     let names = hub.clusters(&["a", "b", "c"], json!({})).await;
     let handle = hub.controller.as_ref().unwrap().handle.clone();
+    // A score name no other test writes: the controllers of the tests running beside this
+    // one see every namespace's scores, and the index wakes placements by score name.
     // Within the validity bound (10 minutes), and far enough for no expiry timer to fire.
     let valid_until = |secs: i64| {
         (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(secs))
@@ -571,11 +573,11 @@ async fn a_renewed_score_that_changes_nothing_schedules_nothing() {
     };
     for (i, c) in names.iter().enumerate() {
         let v = i32::try_from(i).unwrap() * 10;
-        hub.score(c, "demo", &[("demo", v)], Some(&valid_until(300)))
+        hub.score(c, "renew", &[("renew", v)], Some(&valid_until(300)))
             .await;
     }
     hub.placement("p", json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
-        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "demo", "scoreName": "demo"}}, "weight": 1}]}})).await;
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "renew", "scoreName": "renew"}}, "weight": 1}]}})).await;
     hub.expect("p", &["c"]).await;
     quiet(&handle).await;
     let before = passes(&handle);
@@ -583,13 +585,18 @@ async fn a_renewed_score_that_changes_nothing_schedules_nothing() {
     for k in 0..20 {
         for (i, c) in names.iter().enumerate() {
             let v = i32::try_from(i).unwrap() * 10;
-            hub.score(c, "demo", &[("demo", v)], Some(&valid_until(310 + k)))
+            hub.score(c, "renew", &[("renew", v)], Some(&valid_until(310 + k)))
                 .await;
         }
     }
     // A real change after them (the watch delivers in order): one pass moves the placement.
-    hub.score(&names[0], "demo", &[("demo", 90)], Some(&valid_until(330)))
-        .await;
+    hub.score(
+        &names[0],
+        "renew",
+        &[("renew", 90)],
+        Some(&valid_until(330)),
+    )
+    .await;
     hub.expect("p", &["a"]).await;
     quiet(&handle).await;
     assert_eq!(
