@@ -189,6 +189,9 @@ pub mod placement_event {
     /// Ours, not upstream's: a score's `validUntil` lay beyond the scheduler's validity bound.
     pub const SCORE_VALIDITY_CAPPED: &str = "ScoreValidityCapped";
     pub const SCORE_VALIDITY_CAPPED_ACTION: &str = "ScoreValidityCap";
+    /// Ours: the Placement's stability controls held back a move that scores alone asked for.
+    pub const DECISION_HELD: &str = "DecisionHeld";
+    pub const DECISION_HELD_ACTION: &str = "DecisionHold";
     /// Ours: the action of a Warning whose reason is a `PlacementSatisfied` reason of a limit
     /// (`CELBudgetExceeded`, `ListLimitExceeded`): the pass stopped, nothing was written.
     pub const SCHEDULING_SKIPPED_ACTION: &str = "SchedulingSkipped";

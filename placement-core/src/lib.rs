@@ -16,6 +16,7 @@ pub mod plan;
 pub mod prioritize;
 pub mod select;
 pub mod snapshot;
+pub mod stability;
 pub mod status;
 pub mod visibility;
 
@@ -32,6 +33,7 @@ pub use limits::{Deadline, Limits};
 pub use plan::{Event, EventType, PlannedWrite, Write};
 pub use prioritize::addon::CappedScore;
 pub use select::SpreadReport;
+pub use stability::HeldMove;
 pub use snapshot::{ClusterInfo, Name, SetMembers, Snapshot};
 pub use status::{Code, Limit, Status};
 pub use visibility::rate_limit;
@@ -69,6 +71,9 @@ pub struct Outcome {
     pub totals: Vec<i64>,
     /// The chosen clusters, in selection order (best first).
     pub selected: Vec<Name>,
+    /// Replacements the placement's stability controls held back ([`stability`]), each
+    /// with its reason; empty without them.
+    pub held: Vec<HeldMove>,
     pub spread: Option<SpreadReport>,
     /// `numberOfClusters − selected` (0 without numberOfClusters).
     pub unscheduled: i32,
@@ -146,6 +151,9 @@ struct Scheduled<'a> {
     notes: Vec<String>,
     validity_capped: Vec<CappedScore>,
     requeue_at: Option<Timestamp>,
+    held: Vec<HeldMove>,
+    /// The stability state to write (see [`stability::Selection::state`]).
+    stability_state: Option<stability::State>,
 }
 
 fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
@@ -163,6 +171,7 @@ fn run<'a>(
     placement: &Placement,
     candidates: Vec<&'a ClusterInfo>,
     own: &Own<'_>,
+    stability_state: &stability::State,
     now: Timestamp,
     out: &mut Scheduled<'a>,
     laps: &mut dyn Laps,
@@ -196,15 +205,12 @@ fn run<'a>(
     laps.lap("filter", filter::taint::NAME);
 
     let weighted = prioritize::from_policy(&spec.prioritizer_policy)?;
+    let stability = stability::parse(annotation_of(placement, stability::ANNOTATION))?;
     let constraints = select::constraints(&spec.spread_policy.spread_constraints)?;
-    let affinity = prioritize::affinity::parse(
-        placement
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(prioritize::affinity::ANNOTATION))
-            .map(String::as_str),
-    )?;
+    let affinity = prioritize::affinity::parse(annotation_of(
+        placement,
+        prioritize::affinity::ANNOTATION,
+    ))?;
     let topologies: Vec<std::sync::Arc<snapshot::Topology>> = constraints
         .iter()
         .map(|c| snapshot.topology(&c.topology_key, c.claim))
@@ -284,13 +290,13 @@ fn run<'a>(
                         .map_or_else(String::new, |b| format!("{b:#}"));
                     for c in r.capped.iter().take(CAPPED_NOTES) {
                         out.notes.push(format!(
-                            "{}: validity capped ({bound} after it was observed): {c}",
+                            "{}: validity capped ({bound} after it was written): {c}",
                             w.name
                         ));
                     }
                     if capped > CAPPED_NOTES {
                         out.notes.push(format!(
-                            "{}: validity capped ({bound} after it was observed) for {} more scores",
+                            "{}: validity capped ({bound} after it was written) for {} more scores",
                             w.name,
                             capped - CAPPED_NOTES
                         ));
@@ -318,17 +324,64 @@ fn run<'a>(
 
     // Selection.
     let n = wanted.unwrap_or(filtered.len()).min(filtered.len());
-    if constraints.is_empty() {
-        out.selected = select::top_n(&totals, n);
-        laps.lap("selector", "TopN");
-    } else {
-        let (picked, report) = select::spread(&constraints, &topologies, filtered, &totals, n);
-        out.selected = picked;
-        out.spread = Some(report);
-        laps.lap("selector", select::PLUGIN);
-    }
+    let mut select = |keys: &[i64], scale: i64| {
+        if constraints.is_empty() {
+            (select::top_n(keys, n), None)
+        } else {
+            let (picked, report) = select::spread(
+                &constraints,
+                &topologies,
+                filtered,
+                select::Ranking {
+                    totals: &totals,
+                    keys,
+                    scale,
+                },
+                n,
+            );
+            (picked, Some(report))
+        }
+    };
+    let (picked, spread) = match &stability {
+        None => select(&totals, 1),
+        Some(policy) => {
+            let names: Vec<&Name> = filtered.iter().map(|c| &c.name).collect();
+            let s = stability::select(
+                policy,
+                stability_state,
+                &names,
+                &in_decision,
+                &totals,
+                now,
+                &mut select,
+            );
+            out.held = s.held;
+            out.stability_state = s.state;
+            out.requeue_at = earliest(out.requeue_at, s.requeue_at);
+            (s.picked, s.spread)
+        }
+    };
+    out.selected = picked;
+    out.spread = spread;
+    laps.lap(
+        "selector",
+        if constraints.is_empty() {
+            "TopN"
+        } else {
+            select::PLUGIN
+        },
+    );
     out.totals = totals;
     Ok(warning)
+}
+
+fn annotation_of<'p>(placement: &'p Placement, key: &str) -> Option<&'p str> {
+    placement
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
 }
 
 /// The Predicate filter within the pass's CEL budget ([`limits`]): the cost pool is shared by
@@ -479,6 +532,7 @@ pub fn schedule_with(
     let available: Vec<Name> = candidates.iter().map(|c| c.name.clone()).collect();
     laps.lap("eligible", "ClusterSets");
 
+    let stability_state = stability::State::read(&existing);
     let mut s = Scheduled::default();
     if !status.is_error() {
         match run(
@@ -489,6 +543,7 @@ pub fn schedule_with(
                 by_name: &own,
                 by_slot: &own_by_slot,
             },
+            &stability_state,
             now,
             &mut s,
             laps,
@@ -498,6 +553,8 @@ pub fn schedule_with(
             Err(st) => {
                 status = st;
                 s.selected.clear();
+                s.held.clear();
+                s.stability_state = None;
             }
         }
     }
@@ -577,6 +634,20 @@ pub fn schedule_with(
             })
         })
         .collect();
+
+    // The stability state goes onto the first object: a new one with the move that changed
+    // it, else the one the hub holds (unchanged: nothing to write).
+    let state_text = match &s.stability_state {
+        Some(state) => Some(state.to_annotation()),
+        None => stability::raw(&existing).map(str::to_owned),
+    };
+    if let (Some(text), Some(first)) = (state_text, decisions.first_mut()) {
+        first
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(stability::STATE_ANNOTATION.to_owned(), text);
+    }
 
     // Score visibility (see `visibility`): inside a `scoreRateLimit` window score-only
     // changes are held; the window's start and the ScoreUpdate event come once a window.
@@ -735,6 +806,7 @@ pub fn schedule_with(
         prioritizers: s.prioritizers,
         totals: s.totals,
         selected: selected.iter().map(|c| c.name.clone()).collect(),
+        held: if keep_current { Vec::new() } else { s.held },
         spread: s.spread,
         unscheduled,
         status,

@@ -52,6 +52,11 @@ pub enum Write {
         name: String,
         labels: BTreeMap<String, String>,
     },
+    /// Set these annotations (ours; others on the object stay).
+    Annotations {
+        name: String,
+        annotations: BTreeMap<String, String>,
+    },
     Delete {
         name: String,
     },
@@ -61,7 +66,10 @@ impl Write {
     pub fn decision_name(&self) -> &str {
         match self {
             Write::Create(d) => d.metadata.name.as_deref().unwrap_or_default(),
-            Write::Status { name, .. } | Write::Labels { name, .. } | Write::Delete { name } => {
+            Write::Status { name, .. }
+            | Write::Labels { name, .. }
+            | Write::Annotations { name, .. }
+            | Write::Delete { name } => {
                 name
             }
         }
@@ -127,6 +135,32 @@ pub fn score_note<'a>(totals: impl Iterator<Item = (&'a str, i64)>) -> Option<St
         note.push_str(&piece);
     }
     any.then_some(note)
+}
+
+/// The `DecisionHeld` event about the moves the stability controls hold (`None` when they
+/// hold none): `held by the stability controls (<policy>): <incoming> would replace
+/// <outgoing>: <reason>; ...`, cut before 1000 characters with `......`.
+pub fn held_event(policy: &str, held: &[super::HeldMove]) -> Option<Event> {
+    const MAX: usize = 1000;
+    if held.is_empty() {
+        return None;
+    }
+    let mut note = format!("held by the stability controls ({policy}): ");
+    for (i, h) in held.iter().enumerate() {
+        let piece = format!("{}{h}", if i == 0 { "" } else { "; " });
+        if note.len() + piece.len() > MAX {
+            note.push_str("......");
+            break;
+        }
+        note.push_str(&piece);
+    }
+    Some(Event {
+        type_: EventType::Normal,
+        reason: ev::DECISION_HELD,
+        action: ev::DECISION_HELD_ACTION,
+        note,
+        decision: String::new(),
+    })
 }
 
 /// The `ScoreValidityCapped` Warning about `capped`, the scores the validity bound has ended
@@ -258,6 +292,25 @@ fn status_events(ctx: &EventContext<'_>, decision: &str) -> Vec<Event> {
     out
 }
 
+/// The annotations of ours (the stability state) that `desired` sets and `existing` lacks or
+/// holds otherwise. One that `desired` does not set is left as it is: nothing to write.
+fn ours_to_annotate(existing: &PlacementDecision, desired: &PlacementDecision) -> BTreeMap<String, String> {
+    let get = |d: &PlacementDecision, k: &str| {
+        d.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .cloned()
+    };
+    [crate::stability::STATE_ANNOTATION]
+        .into_iter()
+        .filter_map(|k| {
+            let want = get(desired, k)?;
+            (get(existing, k).as_ref() != Some(&want)).then(|| (k.to_owned(), want))
+        })
+        .collect()
+}
+
 /// Plans the writes from the `existing` objects (this placement's, by name) to `desired`.
 pub fn writes(
     placement: &Placement,
@@ -341,7 +394,11 @@ pub fn writes(
         .iter()
         .filter(|d| match old.get(&name_of(d)) {
             None => true,
-            Some(o) => !same_status(o, d) || o.metadata.labels != d.metadata.labels,
+            Some(o) => {
+                !same_status(o, d)
+                    || o.metadata.labels != d.metadata.labels
+                    || !ours_to_annotate(o, d).is_empty()
+            }
         })
         .collect();
     let mut grown: BTreeSet<String> = BTreeSet::new();
@@ -385,6 +442,18 @@ pub fn writes(
                             },
                             events: Vec::new(),
                         });
+                    }
+                    if let Some(o) = prev {
+                        let annotations = ours_to_annotate(o, d);
+                        if !annotations.is_empty() {
+                            out.push(PlannedWrite {
+                                write: Write::Annotations {
+                                    name: name.clone(),
+                                    annotations,
+                                },
+                                events: Vec::new(),
+                            });
+                        }
                     }
                 }
             }
@@ -540,7 +609,7 @@ impl Replay {
             Write::Status { name, status } => {
                 self.0.insert(name.clone(), names(&status.decisions));
             }
-            Write::Labels { .. } => {}
+            Write::Labels { .. } | Write::Annotations { .. } => {}
             Write::Delete { name } => {
                 self.0.remove(name);
             }
@@ -591,6 +660,7 @@ pub fn summary(w: &Write) -> String {
         Write::Create(_) => format!("create {}", w.decision_name()),
         Write::Status { name, status } => format!("status {name} {}", status.decisions.len()),
         Write::Labels { name, .. } => format!("labels {name}"),
+        Write::Annotations { name, .. } => format!("annotations {name}"),
         Write::Delete { name } => format!("delete {name}"),
     }
 }

@@ -158,14 +158,31 @@ pub struct SpreadReport {
     pub stopped: Option<String>,
 }
 
+/// What the spread selection ranks candidates by.
+#[derive(Clone, Copy)]
+pub struct Ranking<'a> {
+    /// The prioritizer totals (what the report shows).
+    pub totals: &'a [i64],
+    /// What selection weighs: the totals, or the totals scaled by `scale` with bonuses
+    /// (the stability controls' incumbents, see `crate::stability`).
+    pub keys: &'a [i64],
+    /// How many key units a total unit is: the spread benefit scales with it.
+    pub scale: i64,
+}
+
 /// Selects up to `n` candidates one at a time. Returns candidate indices in pick order.
 pub fn spread(
     constraints: &[Constraint],
     topologies: &[Arc<Topology>],
     candidates: &[&ClusterInfo],
-    totals: &[i64],
+    ranking: Ranking<'_>,
     n: usize,
 ) -> (Vec<usize>, SpreadReport) {
+    let Ranking {
+        totals,
+        keys,
+        scale,
+    } = ranking;
     let k = constraints.len();
     const NONE: u32 = Topology::NONE;
     // Candidates grouped by their tuple of domains: within a group the spread benefit is the
@@ -212,7 +229,7 @@ pub fn spread(
         }
     }
     for (_, members, _) in &mut groups {
-        members.sort_by_key(|&i| (std::cmp::Reverse(totals[i]), i));
+        members.sort_by_key(|&i| (std::cmp::Reverse(keys[i]), i));
     }
     // Only domains some candidate is in count (for the minimum, as PodTopologySpread).
     let domain_names: Vec<Vec<&str>> = topologies
@@ -316,7 +333,7 @@ pub fn spread(
             })
             .max_by_key(|&(benefit, cand, _)| {
                 (
-                    SPREAD_WEIGHT * benefit + totals[cand],
+                    SPREAD_WEIGHT * scale * benefit + keys[cand],
                     std::cmp::Reverse(cand),
                 )
             })

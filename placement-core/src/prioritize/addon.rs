@@ -2,17 +2,40 @@
 //! AddOnPlacementScore `<cluster>/<resourceName>`; 0 when the object or the item is missing
 //! or the scores expired (`now > validUntil`). Expired ones make a Warning.
 //!
-//! Unlike upstream, `validUntil` is not taken as is: a score counts for at most
-//! [`MaxScoreValidity`] after the scheduler observed its current version, so that a provider
-//! that writes `validUntil` years ahead (or none: "never expires") cannot freeze its score.
-//! A score whose validity was cut short is reported ([`CappedScore`]).
+//! Unlike upstream, a `validUntil` that is set is not taken as is: a score counts for at most
+//! [`MaxScoreValidity`] after the hub last accepted a write of it ([`written_at`]), so that a
+//! provider whose clock runs ahead cannot keep its score counting long after it stopped. A
+//! score whose validity was cut short is reported ([`CappedScore`]). An unset `validUntil`
+//! never expires, as upstream.
 
 use jiff::Timestamp;
-use ocm_api::cluster::v1alpha1::AddOnPlacementScoreStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use ocm_api::cluster::v1alpha1::AddOnPlacementScore;
 use ocm_api::cluster::v1beta1::AddOnScore;
 use ocm_api::wellknown::limits;
 
 use crate::snapshot::{ClusterInfo, MaxScoreValidity, ScoreCell, Snapshot};
+
+/// When the hub last accepted a write of a score: the latest `managedFields` time of a write
+/// to its status (the apiserver sets it from its own clock on every write that changes a
+/// field), else of any write, else the creation time; `None` when the object says none of
+/// these (a file). The validity bound counts from here, so it reads only what the hub holds
+/// and gives the same answer to every scheduler that reads the object, before and after a
+/// restart. A writer that forges the time can at most make its score count as an unset
+/// `validUntil` does, which it may write anyway.
+pub fn written_at(meta: &ObjectMeta) -> Option<Timestamp> {
+    let fields = meta.managed_fields.as_deref().unwrap_or_default();
+    let latest = |status: bool| {
+        fields
+            .iter()
+            .filter(|f| !status || f.subresource.as_deref() == Some("status"))
+            .filter_map(|f| f.time.as_ref().map(|t| t.0))
+            .max()
+    };
+    latest(true)
+        .or_else(|| latest(false))
+        .or_else(|| meta.creation_timestamp.as_ref().map(|t| t.0))
+}
 
 pub struct AddOnScores {
     pub scores: Vec<Option<i64>>,
@@ -34,7 +57,7 @@ pub struct CappedScore {
     pub resource: String,
     /// As written (`None`: not set, "never expires" upstream).
     pub valid_until: Option<Timestamp>,
-    /// The bound: when it was observed plus [`MaxScoreValidity`].
+    /// The bound: when the hub last accepted a write of it plus [`MaxScoreValidity`].
     pub until: Timestamp,
 }
 
@@ -56,58 +79,70 @@ struct Expiry {
     /// `None`: never.
     at: Option<Timestamp>,
     capped: bool,
-    /// The bound came from a real observation (not from `now`, which moves with every pass).
-    observed: bool,
+    /// The bound came from when the score was written (not from `now`, which moves with
+    /// every pass).
+    known: bool,
 }
 
 fn expiry(cell: &ScoreCell, bound: MaxScoreValidity, now: Timestamp) -> Expiry {
-    let at = counts_until(cell.valid_until, cell.observed_at.unwrap_or(now), bound);
+    let at = counts_until(cell.valid_until, cell.written_at, bound, now);
     Expiry {
         at,
         capped: at != cell.valid_until,
-        observed: cell.observed_at.is_some(),
+        known: cell.written_at.is_some(),
     }
 }
 
-/// When a score stops counting: its `validUntil`, or the bound after it was observed,
-/// whichever is earlier (`None`: never).
-fn counts_until(
+/// When a score stops counting: never when `validUntil` is unset (upstream); else its
+/// `validUntil` or the bound after it was written, whichever is earlier. A write time in
+/// the future (a clock ahead of ours, or forged) counts as `now`; an unknown one (a file)
+/// too, so the bound never ends such a score at this instant.
+pub fn counts_until(
     valid_until: Option<Timestamp>,
-    observed_at: Timestamp,
+    written_at: Option<Timestamp>,
     bound: MaxScoreValidity,
+    now: Timestamp,
 ) -> Option<Timestamp> {
+    let valid_until = valid_until?;
+    let written = written_at.map_or(now, |w| w.min(now));
     let cap = bound
         .0
-        .map(|b| observed_at.checked_add(b).unwrap_or(Timestamp::MAX));
-    match (valid_until, cap) {
-        (Some(v), Some(c)) => Some(v.min(c)),
-        (v, c) => v.or(c),
-    }
+        .map(|b| written.checked_add(b).unwrap_or(Timestamp::MAX));
+    Some(cap.map_or(valid_until, |c| valid_until.min(c)))
 }
 
-/// Whether a new version of a score, observed `now`, changes no pass's outcome before the
-/// old version would have stopped counting: the same items (CEL's `scores()` reads them, the
-/// AddOn prioritizer their values), the old version still counts, and the new one counts
-/// at least as long. Every placement that used the old version has a timer for when it
-/// stops counting ([`AddOnScores::next_expiry`]) and sees the new one then; until then its
-/// passes would come out the same. So an agent that renews its unchanged score every minute
-/// need not reschedule every placement that reads it. `old_observed_at`: when the old
-/// version was observed (`None`, unknown: not a mere renewal).
+/// Whether a new version of a score changes no pass's outcome before the old version would
+/// have stopped counting: the same items (CEL's `scores()` reads them, the AddOn prioritizer
+/// their values), the old version still counts, and the new one counts at least as long.
+/// Every placement that used the old version has a timer for when it stops counting
+/// ([`AddOnScores::next_expiry`]) and sees the new one then; until then its passes would
+/// come out the same. So an agent that renews its unchanged score every minute need not
+/// reschedule every placement that reads it. Both versions' ends come from the objects
+/// themselves ([`counts_until`]), as every pass reads them.
 pub fn renewal_changes_nothing(
-    old: Option<&AddOnPlacementScoreStatus>,
-    old_observed_at: Option<Timestamp>,
-    new: Option<&AddOnPlacementScoreStatus>,
+    old: Option<&AddOnPlacementScore>,
+    new: Option<&AddOnPlacementScore>,
     bound: MaxScoreValidity,
     now: Timestamp,
 ) -> bool {
-    let (Some(old), Some(observed), Some(new)) = (old, old_observed_at, new) else {
+    let (Some(old), Some(new)) = (old, new) else {
         return false;
     };
-    if old.scores != new.scores {
+    let (Some(old_status), Some(new_status)) = (old.status.as_ref(), new.status.as_ref()) else {
+        return false;
+    };
+    if old_status.scores != new_status.scores {
         return false;
     }
-    let old_until = counts_until(old.valid_until.as_ref().map(|t| t.0), observed, bound);
-    let new_until = counts_until(new.valid_until.as_ref().map(|t| t.0), now, bound);
+    let until = |s: &AddOnPlacementScore| {
+        let valid_until = s
+            .status
+            .as_ref()
+            .and_then(|st| st.valid_until.as_ref())
+            .map(|t| t.0);
+        counts_until(valid_until, written_at(&s.metadata), bound, now)
+    };
+    let (old_until, new_until) = (until(old), until(new));
     let old_counts = old_until.is_none_or(|u| now <= u);
     let lasts = match (old_until, new_until) {
         (_, None) => true,
@@ -136,9 +171,7 @@ pub fn score(
         let mut value = 0;
         if let Some(Some(cell)) = column.by_slot.get(c.slot) {
             let e = expiry(cell, bound, now);
-            // Without an observation time (a file) the bound counts from `now`: it never ends
-            // a score at this pass, and "unset" stays upstream's "never expires".
-            if e.capped && (e.observed || cell.valid_until.is_some()) {
+            if e.capped {
                 out.capped.push(CappedScore {
                     cluster: c.name.to_string(),
                     resource: coord.resource_name.clone(),
@@ -153,7 +186,7 @@ pub fn score(
                 // Expiry is strict (`now > validUntil`): look again a second later. A bound
                 // counted from `now` moves with every pass: nothing to look again for.
                 if let Some(until) =
-                    e.at.filter(|_| !e.capped || e.observed)
+                    e.at.filter(|_| !e.capped || e.known)
                         .and_then(|u| u.checked_add(jiff::SignedDuration::from_secs(1)).ok())
                 {
                     out.next_expiry =

@@ -139,20 +139,25 @@ pub struct ScoreEntry {
     /// Interned item names and their values, in the object's order.
     pub items: Vec<(u32, i32)>,
     pub valid_until: Option<jiff::Timestamp>,
-    /// When the controller saw this version of the object (`None`: from a file, or unknown).
-    pub observed_at: Option<Timestamp>,
+    /// When the hub last accepted a write of this object (see
+    /// [`crate::prioritize::addon::written_at`]; `None`: the object does not say, a file).
+    pub written_at: Option<Timestamp>,
 }
 
 /// The default of [`Snapshot::max_score_validity`].
 pub const DEFAULT_MAX_SCORE_VALIDITY: SignedDuration = SignedDuration::from_mins(10);
 
-/// How long after it was observed a score may stay valid, whatever its `validUntil` says
-/// (`None`: as long as `validUntil` says, upstream's behaviour).
+/// How far beyond its last write a `validUntil` may reach (`None`: as far as it says,
+/// upstream's behaviour).
 ///
-/// `validUntil` is written by the score's provider, often a managed cluster the hub does not
-/// trust: a `validUntil` years ahead (or none, which upstream reads as "never expires") would
-/// freeze a score after its provider stopped. The bound counts from when the scheduler
-/// observed the object's current version, a time the provider cannot set.
+/// `validUntil` is written by the score's provider, often a managed cluster whose clock the hub
+/// does not control: a provider whose clock runs ahead writes a `validUntil` that lies far in
+/// the hub's future, and its score would keep counting long after the provider stopped. The
+/// bound ends a score that sets `validUntil` at most this long after the hub last accepted a
+/// write of it (the apiserver's `managedFields` time, see
+/// [`crate::prioritize::addon::written_at`]). An unset `validUntil` is upstream's "never
+/// expires" (a static score an administrator writes once) and is left alone. The rule reads
+/// only the object and the time, so a restarted scheduler decides as the old one did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MaxScoreValidity(pub Option<SignedDuration>);
 
@@ -182,8 +187,8 @@ pub struct ScoreCell {
     pub value: Option<i32>,
     /// The object's `validUntil`, as written.
     pub valid_until: Option<Timestamp>,
-    /// See [`ScoreEntry::observed_at`].
-    pub observed_at: Option<Timestamp>,
+    /// See [`ScoreEntry::written_at`].
+    pub written_at: Option<Timestamp>,
 }
 
 /// A topology key's value for every cluster slot, as small integers (computed once per
@@ -245,8 +250,6 @@ pub struct Snapshot {
     bindings: Arc<BTreeMap<String, BTreeSet<String>>>,
     /// cluster namespace -> score name -> score
     scores: ShardedMap<Name, ByName<Arc<AddOnPlacementScore>>>,
-    /// cluster namespace -> score name -> when the controller observed its current version
-    score_observed: ShardedMap<Name, ByName<Timestamp>>,
     max_score_validity: MaxScoreValidity,
     /// The limits of one pass (CEL budget, list items).
     limits: crate::limits::Limits,

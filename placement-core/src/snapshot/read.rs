@@ -59,7 +59,7 @@ impl Snapshot {
                     col.by_slot[c.slot] = Some(ScoreCell {
                         value,
                         valid_until: e.valid_until,
-                        observed_at: e.observed_at,
+                        written_at: e.written_at,
                     });
                 }
             }

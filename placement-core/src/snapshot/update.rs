@@ -108,23 +108,9 @@ impl Snapshot {
         }
     }
 
-    /// A score whose observation time is unknown (a file): the validity bound counts from
-    /// the scheduling time, see [`Snapshot::upsert_score_observed`].
+    /// A score as the hub holds it. Its validity bound counts from when the hub last accepted
+    /// a write of it ([`crate::prioritize::addon::written_at`]), a time the object carries.
     pub fn upsert_score(&mut self, score: Arc<AddOnPlacementScore>) {
-        self.upsert_score_at(score, None);
-    }
-
-    /// A score as the controller observed it at `observed_at` (this version of the object):
-    /// its validity ends at most [`Snapshot::max_score_validity`] later.
-    pub fn upsert_score_observed(
-        &mut self,
-        score: Arc<AddOnPlacementScore>,
-        observed_at: Timestamp,
-    ) {
-        self.upsert_score_at(score, Some(observed_at));
-    }
-
-    fn upsert_score_at(&mut self, score: Arc<AddOnPlacementScore>, observed_at: Option<Timestamp>) {
         let ns: Name = score
             .metadata
             .namespace
@@ -132,19 +118,9 @@ impl Snapshot {
             .unwrap_or_default()
             .into();
         let name = score.metadata.name.clone().unwrap_or_default();
-        let observed = Arc::make_mut(self.score_observed.get_or_default(ns.clone()));
-        match observed_at {
-            Some(at) => observed.insert(name.clone(), at),
-            None => observed.remove(&name),
-        };
         Arc::make_mut(self.scores.get_or_default(ns.clone())).insert(name, score);
         self.mirror_scores(&ns);
         self.invalidate_columns();
-    }
-
-    /// When the current version of a score was observed (`None`: unknown).
-    pub fn score_observed_at(&self, cluster: &str, name: &str) -> Option<Timestamp> {
-        self.score_observed.get(cluster)?.get(name).copied()
     }
 
     /// See [`MaxScoreValidity`]; the default is [`DEFAULT_MAX_SCORE_VALIDITY`].
@@ -174,9 +150,6 @@ impl Snapshot {
             return;
         }
         if let Some(s) = self.scores.get_mut(namespace) {
-            Arc::make_mut(s).remove(name);
-        }
-        if let Some(s) = self.score_observed.get_mut(namespace) {
             Arc::make_mut(s).remove(name);
         }
         self.mirror_scores(namespace);
@@ -212,17 +185,11 @@ impl Snapshot {
             .get(cluster)
             .map(|s| s.values().cloned().collect())
             .unwrap_or_default();
-        let observed = self
-            .score_observed
-            .get(cluster)
-            .cloned()
-            .unwrap_or_default();
-        let observed = &*observed;
         objects
             .into_iter()
             .map(|object| {
                 let name = object.metadata.name.as_deref().unwrap_or_default();
-                let observed_at = observed.get(name).copied();
+                let written_at = crate::prioritize::addon::written_at(&object.metadata);
                 let resource = self.intern(name);
                 let status = object.status.clone().unwrap_or_default();
                 let items = status
@@ -234,7 +201,7 @@ impl Snapshot {
                     resource,
                     items,
                     valid_until: status.valid_until.map(|t| t.0),
-                    observed_at,
+                    written_at,
                     object,
                 }
             })

@@ -105,6 +105,21 @@ pub fn binding(ns: &str, set: &str) -> ManagedClusterSetBinding {
     .unwrap()
 }
 
+/// `score` as the hub holds it after a write of its status at `at` (the apiserver's
+/// `managedFields` time, where the validity bound counts from).
+pub fn written(mut s: AddOnPlacementScore, at: Time) -> AddOnPlacementScore {
+    s.metadata.managed_fields = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry {
+            manager: Some("agent".into()),
+            operation: Some("Update".into()),
+            subresource: Some("status".into()),
+            time: Some(at),
+            ..Default::default()
+        },
+    ]);
+    s
+}
+
 pub fn score(
     cluster: &str,
     name: &str,

@@ -11,5 +11,6 @@ mod regroup;
 mod scenarios;
 mod seeds;
 mod spread;
+mod stability;
 mod validity;
 mod vectors;

@@ -1,5 +1,6 @@
-//! The bound on score validity (a deliberate difference from upstream): a score counts for at
-//! most `MaxScoreValidity` after the scheduler observed it, whatever its `validUntil` says.
+//! The bound on score validity (a deliberate difference from upstream): a score that sets
+//! `validUntil` counts for at most `MaxScoreValidity` after the hub last accepted a write of
+//! it, whatever its `validUntil` says. An unset `validUntil` never expires, as upstream.
 
 use std::sync::Arc;
 
@@ -16,25 +17,26 @@ fn ts(offset_secs: i64) -> Timestamp {
     at(offset_secs).0
 }
 
-/// One cluster `a` with score `a/r` item `s` = 40, observed `observed` seconds from now
-/// (`None`: from a file), `validUntil` `valid_until` seconds from now, scheduled at now with
-/// `bound` seconds of validity (`None`: off).
-fn run(observed: Option<i64>, valid_until: Option<i64>, bound: Option<i64>) -> Outcome {
+/// One cluster `a` with score `a/r` item `s` = 40, written `written` seconds from now
+/// (`None`: the object does not say, a file), `validUntil` `valid_until` seconds from now,
+/// scheduled at now with `bound` seconds of validity (`None`: off).
+fn run(written_at: Option<i64>, valid_until: Option<i64>, bound: Option<i64>) -> Outcome {
     let mut w = World::new(vec![cluster("a")]);
     w.snapshot
         .set_max_score_validity(MaxScoreValidity(bound.map(SignedDuration::from_secs)));
-    let s = Arc::new(score("a", "r", &[("s", 40)], valid_until.map(at)));
-    match observed {
-        Some(o) => w.snapshot.upsert_score_observed(s, ts(o)),
-        None => w.snapshot.upsert_score(s),
-    }
+    let s = score("a", "r", &[("s", 40)], valid_until.map(at));
+    let s = match written_at {
+        Some(o) => written(s, at(o)),
+        None => s,
+    };
+    w.snapshot.upsert_score(Arc::new(s));
     w.schedule(&placement("ns", "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
         {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 1}]}})))
 }
 
 #[test]
-fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
-    // (observed, validUntil, bound) -> (value, ended by the bound at (validity_capped),
+fn validity_is_the_earlier_of_valid_until_and_write_plus_bound() {
+    // (written, validUntil, bound) -> (value, ended by the bound at (validity_capped),
     // requeue at). A capped score that still counts is noted, not reported: the bound has
     // changed nothing yet.
     type Case = (
@@ -58,13 +60,17 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
             "ten years ahead, stale",
             (Some(-700), Some(TEN_YEARS), Some(600), 0, Some(-100), None),
         ),
+        // Unset: upstream's "never expires" (a static score), whatever the bound.
+        ("unset, fresh", (Some(-60), None, Some(600), 40, None, None)),
         (
-            "unset, fresh",
-            (Some(-60), None, Some(600), 40, None, Some(541)),
+            "unset, written long ago",
+            (Some(-TEN_YEARS), None, Some(600), 40, None, None),
         ),
+        // A write time ahead of ours (the apiserver's clock ahead, or forged) counts as now:
+        // the bound then never ends the score at this instant, as an unset one.
         (
-            "unset, stale",
-            (Some(-700), None, Some(600), 0, Some(-100), None),
+            "written in the future",
+            (Some(3600), Some(TEN_YEARS), Some(600), 40, None, Some(601)),
         ),
         (
             "exactly at the bound (expiry is strict)",
@@ -89,8 +95,8 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
             "bound off, unset: never expires",
             (Some(-700), None, None, 40, None, None),
         ),
-        // A file has no observation time: the bound counts from now, so it never ends a
-        // score at this instant and adds no requeue (a far validUntil is still noted).
+        // A file without a write time: the bound counts from now, so it never ends a score
+        // at this instant and adds no requeue (a far validUntil is still noted).
         (
             "file, ten years ahead",
             (None, Some(TEN_YEARS), Some(600), 40, None, None),
@@ -101,17 +107,16 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
             (None, Some(120), Some(600), 40, None, Some(121)),
         ),
     ];
-    // Capped (a validUntil beyond the bound, or unset), whether or not it still counts.
+    // Capped (a validUntil beyond the bound), whether or not it still counts.
     const NOTED: &[&str] = &[
         "ten years ahead, fresh",
         "ten years ahead, stale",
-        "unset, fresh",
-        "unset, stale",
+        "written in the future",
         "exactly at the bound (expiry is strict)",
         "file, ten years ahead",
     ];
-    for (name, (observed, valid_until, bound, value, capped, requeue)) in cases {
-        let o = run(*observed, *valid_until, *bound);
+    for (name, (written_at, valid_until, bound, value, capped, requeue)) in cases {
+        let o = run(*written_at, *valid_until, *bound);
         assert_eq!(
             prioritizer(&o, "AddOn/r/s"),
             [Some(*value)],
@@ -148,12 +153,12 @@ fn validity_is_the_earlier_of_valid_until_and_observation_plus_bound() {
 #[test]
 fn capped_scores_are_noted_once_per_score_and_make_one_warning_event_once_ended() {
     let mut w = World::new(vec![cluster("a"), cluster("b")]);
-    // Observed 700 s ago: the 10-minute bound ended them 100 s ago.
+    // Written 700 s ago: the 10-minute bound ended them 100 s ago.
     for c in ["a", "b"] {
-        w.snapshot.upsert_score_observed(
-            Arc::new(score(c, "r", &[("s", 40), ("t", 1)], Some(at(TEN_YEARS)))),
-            ts(-700),
-        );
+        w.snapshot.upsert_score(Arc::new(written(
+            score(c, "r", &[("s", 40), ("t", 1)], Some(at(TEN_YEARS))),
+            at(-700),
+        )));
     }
     // Two prioritizers read the same object: one entry per cluster and object.
     let o = w.schedule(&placement("ns", "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
@@ -167,7 +172,7 @@ fn capped_scores_are_noted_once_per_score_and_make_one_warning_event_once_ended(
     assert_eq!(clusters, ["a", "b"]);
     assert!(
         o.notes.iter().any(|n| n.starts_with(
-            "AddOn/r/s: validity capped (10m after it was observed): a/r (validUntil 2036-"
+            "AddOn/r/s: validity capped (10m after it was written): a/r (validUntil 2036-"
         )),
         "{:?}",
         o.notes
@@ -200,13 +205,13 @@ fn capped_scores_are_noted_once_per_score_and_make_one_warning_event_once_ended(
 fn a_fleet_of_capped_scores_is_noted_for_the_first_ten_and_counted() {
     let names: Vec<String> = (0..15).map(|i| format!("c{i:02}")).collect();
     let mut w = World::new(names.iter().map(|n| cluster(n)).collect());
-    // Observed in reverse name order, and long enough ago for the bound to have ended them:
-    // the list still comes out sorted.
+    // Added in reverse name order, and written long enough ago for the bound to have ended
+    // them: the list still comes out sorted.
     for n in names.iter().rev() {
-        w.snapshot.upsert_score_observed(
-            Arc::new(score(n, "r", &[("s", 40)], Some(at(TEN_YEARS)))),
-            ts(-700),
-        );
+        w.snapshot.upsert_score(Arc::new(written(
+            score(n, "r", &[("s", 40)], Some(at(TEN_YEARS))),
+            at(-700),
+        )));
     }
     let o = w.schedule(&placement("ns", "p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
         {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 1}]}})));
@@ -228,7 +233,7 @@ fn a_fleet_of_capped_scores_is_noted_for_the_first_ten_and_counted() {
     assert!(capped[0].contains(": c00/r (validUntil "), "{capped:?}");
     assert_eq!(
         capped[10],
-        "AddOn/r/s: validity capped (10m after it was observed) for 5 more scores"
+        "AddOn/r/s: validity capped (10m after it was written) for 5 more scores"
     );
 }
 
@@ -237,124 +242,123 @@ fn a_fleet_of_capped_scores_is_noted_for_the_first_ten_and_counted() {
 #[test]
 fn a_renewal_that_changes_no_item_and_ends_no_sooner_changes_nothing() {
     use crate::prioritize::addon::renewal_changes_nothing;
-    use ocm_api::cluster::v1alpha1::AddOnPlacementScoreStatus;
+    use ocm_api::AddOnPlacementScore;
 
-    let status = |value: i32, valid_until: Option<i64>| -> AddOnPlacementScoreStatus {
-        serde_json::from_value(json!({
-            "scores": [{"name": "s", "value": value}],
-            "validUntil": valid_until.map(|v| at(v).0.to_string()),
-        }))
-        .expect("a valid status")
+    // A version of score `a/r` with item `s` = `value`, `validUntil` `valid_until` seconds
+    // from now, written `written_at` seconds from now (`None`: the object does not say).
+    let version = |value: i32, valid_until: Option<i64>, written_at: Option<i64>| {
+        let s = score("a", "r", &[("s", value)], valid_until.map(at));
+        match written_at {
+            Some(w) => written(s, at(w)),
+            None => s,
+        }
     };
     let bound = MaxScoreValidity(Some(SignedDuration::from_mins(10)));
     let off = MaxScoreValidity(None);
-    // (old status, old observed, new status, bound) -> a renewal that changes nothing
+    // (old version, new version (written now), bound) -> a renewal that changes nothing
     type Case = (
         &'static str,
-        AddOnPlacementScoreStatus,
-        Option<i64>,
-        AddOnPlacementScoreStatus,
+        AddOnPlacementScore,
+        AddOnPlacementScore,
         MaxScoreValidity,
         bool,
     );
     let cases: &[Case] = &[
         (
             "validUntil moved later",
-            status(40, Some(60)),
-            Some(-60),
-            status(40, Some(120)),
+            version(40, Some(60), Some(-60)),
+            version(40, Some(120), Some(0)),
             bound,
             true,
         ),
         (
             "the same validUntil",
-            status(40, Some(60)),
-            Some(-60),
-            status(40, Some(60)),
+            version(40, Some(60), Some(-60)),
+            version(40, Some(60), Some(0)),
             bound,
             true,
         ),
         (
             "a value changed",
-            status(40, Some(60)),
-            Some(-60),
-            status(41, Some(120)),
+            version(40, Some(60), Some(-60)),
+            version(41, Some(120), Some(0)),
             bound,
             false,
         ),
         (
             "validUntil moved earlier",
-            status(40, Some(120)),
-            Some(-60),
-            status(40, Some(60)),
+            version(40, Some(120), Some(-60)),
+            version(40, Some(60), Some(0)),
             bound,
             false,
         ),
         (
             "the old one had expired",
-            status(40, Some(-5)),
-            Some(-60),
-            status(40, Some(120)),
+            version(40, Some(-5), Some(-60)),
+            version(40, Some(120), Some(0)),
             bound,
             false,
         ),
         (
             "the bound had ended the old one",
-            status(40, Some(TEN_YEARS)),
-            Some(-700),
-            status(40, Some(TEN_YEARS)),
+            version(40, Some(TEN_YEARS), Some(-700)),
+            version(40, Some(TEN_YEARS), Some(0)),
             bound,
             false,
         ),
         (
             "far ahead, renewed within the bound",
-            status(40, Some(TEN_YEARS)),
-            Some(-60),
-            status(40, Some(TEN_YEARS)),
+            version(40, Some(TEN_YEARS), Some(-60)),
+            version(40, Some(TEN_YEARS), Some(0)),
             bound,
             true,
         ),
         (
-            "unset, renewed within the bound",
-            status(40, None),
-            Some(-60),
-            status(40, None),
+            "unset: never ends, nor does the new one",
+            version(40, None, Some(-60)),
+            version(40, None, Some(0)),
             bound,
             true,
         ),
         (
-            "unset without a bound: never ends, nor does the new one",
-            status(40, None),
-            Some(-60),
-            status(40, None),
+            "unset without a bound",
+            version(40, None, Some(-60)),
+            version(40, None, Some(0)),
             off,
             true,
         ),
         (
             "never ending before, ending now",
-            status(40, None),
-            Some(-60),
-            status(40, Some(120)),
+            version(40, None, Some(-60)),
+            version(40, Some(120), Some(0)),
             off,
             false,
         ),
         (
-            "unknown observation",
-            status(40, Some(60)),
-            None,
-            status(40, Some(120)),
+            "no write times: the bound counts from now for both",
+            version(40, Some(TEN_YEARS), None),
+            version(40, Some(TEN_YEARS), None),
+            bound,
+            true,
+        ),
+        (
+            "no status before",
+            AddOnPlacementScore {
+                status: None,
+                ..version(40, None, Some(-60))
+            },
+            version(40, None, Some(0)),
             bound,
             false,
         ),
     ];
-    for (name, old, observed, new, bound, want) in cases {
-        let got = renewal_changes_nothing(Some(old), observed.map(ts), Some(new), *bound, ts(0));
+    for (name, old, new, bound, want) in cases {
+        let got = renewal_changes_nothing(Some(old), Some(new), *bound, ts(0));
         assert_eq!(got, *want, "{name}");
     }
     assert!(!renewal_changes_nothing(
         None,
-        Some(ts(0)),
-        Some(&status(1, None)),
+        Some(&version(1, None, Some(0))),
         bound,
         ts(0)
     ));

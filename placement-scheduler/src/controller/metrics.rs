@@ -85,6 +85,8 @@ pub struct Metrics {
     pub cache_entries: Family<CacheLabels, Gauge>,
     /// Events not published because the recorder's queue was full.
     pub events_dropped: Counter,
+    /// Moves the placements' stability controls held back, counted when a hold begins.
+    pub moves_held: Counter,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -104,6 +106,7 @@ impl Metrics {
             watch_errors: Family::default(),
             cache_entries: Family::default(),
             events_dropped: Counter::default(),
+            moves_held: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("placement");
         r.register(
@@ -145,6 +148,11 @@ impl Metrics {
             "cache_entries",
             "Entries in the controller's per-placement maps, by map",
             m.cache_entries.clone(),
+        );
+        r.register(
+            "stability_moves_held",
+            "Moves that scores alone asked for and a Placement's stability controls held back, counted when a hold begins or changes (the DecisionHeld event)",
+            m.moves_held.clone(),
         );
         r.register(
             "events_dropped",

@@ -152,6 +152,7 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         Ok(again) => {
             ctx.mark(key, &placement, &snapshot, &outcome, inputs);
             warn_capped_validity(ctx, key, &placement, &outcome);
+            say_held(ctx, key, &placement, &outcome);
             if let Some(e) = placement_core::plan::limit_event(placement.status.as_ref(), &outcome)
             {
                 ctx.writer.emit(&placement, &[e]);
@@ -225,6 +226,36 @@ fn warn_capped_validity(
             name = &*key.1,
             note = event.note,
             "scores ended by the validity bound"
+        );
+        ctx.writer.emit(placement, &[event]);
+    }
+}
+
+/// The `DecisionHeld` event and counter, when the moves the placement's stability controls
+/// hold changed since its last pass (not at every pass: noise holds the same move again and
+/// again, and a placement at rest must cost no write).
+fn say_held(ctx: &Ctx, key: &Key, placement: &Placement, outcome: &placement_core::Outcome) {
+    let policy = placement
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(placement_core::stability::ANNOTATION))
+        .and_then(|text| placement_core::stability::parse(Some(text)).ok().flatten());
+    let news = ctx
+        .handle
+        .state
+        .write()
+        .held_changed(key, policy.is_some(), &outcome.held);
+    let (Some(n), Some(policy)) = (news, policy) else {
+        return;
+    };
+    ctx.handle.metrics.moves_held.inc_by(n as u64);
+    if let Some(event) = placement_core::plan::held_event(&policy.to_string(), &outcome.held) {
+        tracing::info!(
+            namespace = &*key.0,
+            name = &*key.1,
+            note = event.note,
+            "moves held by the stability controls"
         );
         ctx.writer.emit(placement, &[event]);
     }

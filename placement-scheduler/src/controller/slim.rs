@@ -2,7 +2,7 @@
 //! object as the apiserver sends it.
 //!
 //! `managedFields` is often the largest part of an object on the wire (one entry per field
-//! manager, each a tree of every field it owns) and nothing here reads it. A
+//! manager, each a tree of every field it owns); only a score's last write time is read. A
 //! PlacementDecision is kept as its name, labels, `resourceVersion` and `uid` (the writer's
 //! preconditions) and its status; at 10,000 placements the decisions and Placements are most
 //! of the controller's memory.
@@ -10,7 +10,8 @@
 //! ManagedClusters are kept whole: a `celSelector` sees the whole object (`managedCluster`),
 //! and there is one per cluster, not per placement.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
+use placement_core::prioritize::addon::written_at;
 use ocm_api::{AddOnPlacementScore, ManagedClusterSet, Placement, PlacementDecision};
 
 /// Drops `managedFields` (server-side apply bookkeeping).
@@ -26,13 +27,23 @@ pub fn placement(mut p: Placement) -> Placement {
 }
 
 /// A PlacementDecision as the snapshot keeps it: namespace, name, labels (the placement and
-/// group labels), `resourceVersion` and `uid` (the writer's preconditions) and the status.
+/// group labels), our stability state annotation, `resourceVersion` and `uid` (the writer's
+/// preconditions) and the status.
 pub fn decision(mut d: PlacementDecision) -> PlacementDecision {
     let m = std::mem::take(&mut d.metadata);
+    let annotations = m.annotations.and_then(|mut a| {
+        let state = a.remove(placement_core::stability::STATE_ANNOTATION)?;
+        Some(
+            [(placement_core::stability::STATE_ANNOTATION.to_owned(), state)]
+                .into_iter()
+                .collect(),
+        )
+    });
     d.metadata = ObjectMeta {
         name: m.name,
         namespace: m.namespace,
         labels: m.labels,
+        annotations,
         resource_version: m.resource_version,
         uid: m.uid,
         ..ObjectMeta::default()
@@ -44,9 +55,18 @@ pub fn decision(mut d: PlacementDecision) -> PlacementDecision {
     d
 }
 
-/// An AddOnPlacementScore without `managedFields`.
+/// An AddOnPlacementScore whose `managedFields` are reduced to the one time the core reads:
+/// when the hub last accepted a write of its status ([`written_at`], where the validity
+/// bound counts from).
 pub fn score(mut s: AddOnPlacementScore) -> AddOnPlacementScore {
-    strip(&mut s.metadata);
+    let written = written_at(&s.metadata);
+    s.metadata.managed_fields = written.map(|t| {
+        vec![ManagedFieldsEntry {
+            subresource: Some("status".to_owned()),
+            time: Some(Time(t)),
+            ..ManagedFieldsEntry::default()
+        }]
+    });
     s
 }
 

@@ -19,7 +19,7 @@ use super::slim;
 use super::triggers::{self, Index, Key, key_of};
 use placement_core::prioritize::addon::renewal_changes_nothing;
 use placement_core::snapshot::decision_entries;
-use placement_core::{CappedScore, Snapshot};
+use placement_core::{CappedScore, HeldMove, Snapshot};
 
 /// The controller's snapshot, copy on write: reading goes through `Deref`; changing it
 /// (`DerefMut`) first copies it if a pass still holds the current one ([`CowSnapshot::share`]).
@@ -48,6 +48,16 @@ impl DerefMut for CowSnapshot {
     }
 }
 
+/// When the process (its state) started.
+#[derive(Debug, Clone, Copy)]
+struct Started(jiff::Timestamp);
+
+impl Default for Started {
+    fn default() -> Self {
+        Self(jiff::Timestamp::now())
+    }
+}
+
 #[derive(Default)]
 pub struct State {
     pub snapshot: CowSnapshot,
@@ -64,6 +74,11 @@ pub struct State {
     /// Not the list itself: it names every filtered cluster, so 10,000 placements over 1,000
     /// clusters kept 10 million entries (about 1.5 GB).
     validity_warned: HashMap<Key, u64>,
+    /// A fingerprint of the moves each placement's stability controls last held (see
+    /// [`State::held_changed`]); placements with the controls only.
+    held_said: HashMap<Key, u64>,
+    /// When this process started: what a placement's first pass may be news about.
+    started: Started,
     /// Our PlacementDecision writes in flight: their watch events often arrive before the
     /// write returns (and the writer puts the object into the store). Such an echo is not a
     /// user's edit and must not schedule the placement again: that pass would only see other
@@ -215,27 +230,23 @@ impl State {
         self.index.using_set(ns, name).cloned().collect()
     }
 
-    /// Applies an AddOnPlacementScore observed now: a new status restarts its validity bound
-    /// (see `placement_core::snapshot::MaxScoreValidity`), an unchanged one (a relist) does not.
-    /// A renewal that changes no item and counts no shorter (an agent's refresh) schedules
-    /// nothing: see [`renewal_changes_nothing`].
+    /// Applies an AddOnPlacementScore. A renewal that changes no item and counts no shorter
+    /// (an agent's refresh) schedules nothing: see [`renewal_changes_nothing`].
     pub fn apply_score(&mut self, s: AddOnPlacementScore) -> BTreeSet<Key> {
         let s = slim::score(s);
         let ns = s.metadata.namespace.clone().unwrap_or_default();
         let name = s.metadata.name.clone().unwrap_or_default();
-        let now = jiff::Timestamp::now();
         let old = self.snapshot.score(&ns, &name);
         if old.is_some_and(|old| old.status == s.status) {
             return BTreeSet::new();
         }
         let renewal = renewal_changes_nothing(
-            old.and_then(|o| o.status.as_ref()),
-            self.snapshot.score_observed_at(&ns, &name),
-            s.status.as_ref(),
+            old,
+            Some(&s),
             self.snapshot.max_score_validity(),
-            now,
+            jiff::Timestamp::now(),
         );
-        self.snapshot.upsert_score_observed(Arc::new(s), now);
+        self.snapshot.upsert_score(Arc::new(s));
         if renewal {
             return BTreeSet::new();
         }
@@ -273,7 +284,9 @@ impl State {
             && (is_older(
                 d.metadata.resource_version.as_ref(),
                 old.metadata.resource_version.as_ref(),
-            ) || (old.metadata.labels == d.metadata.labels && old.status == d.status))
+            ) || (old.metadata.labels == d.metadata.labels
+                && old.metadata.annotations == d.metadata.annotations
+                && old.status == d.status))
         {
             return BTreeSet::new();
         }
@@ -354,17 +367,34 @@ impl State {
 
     /// Whether `capped` (a pass's capped scores) differs from what the placement was last
     /// warned about, remembering it; an empty list is never news and forgets the last one.
+    ///
+    /// A placement's first list in this process is news only when the bound ended one of its
+    /// scores after the process started: a restarted scheduler (or a new leader) does not
+    /// repeat what the one before it said, so a hub at rest sees no write from a restart.
     pub fn capped_changed(&mut self, key: &Key, capped: &[CappedScore]) -> bool {
         if capped.is_empty() {
             self.validity_warned.remove(key);
             return false;
         }
-        let print = fingerprint(capped);
-        if self.validity_warned.get(key) == Some(&print) {
-            return false;
+        let print = fingerprint(capped.iter().map(|c| (&c.cluster, &c.resource)));
+        match self.validity_warned.insert(key.clone(), print) {
+            Some(before) => before != print,
+            None => capped.iter().any(|c| c.until >= self.started.0),
         }
-        self.validity_warned.insert(key.clone(), print);
-        true
+    }
+
+    /// Whether the moves the placement's stability controls held changed since its last
+    /// pass, and how many it holds then (`None`: no news). A placement's first pass in this
+    /// process is no news: its holds were said by the scheduler before this one (a restart
+    /// writes nothing to a hub at rest).
+    pub fn held_changed(&mut self, key: &Key, has_controls: bool, held: &[HeldMove]) -> Option<usize> {
+        if !has_controls {
+            self.held_said.remove(key);
+            return None;
+        }
+        let print = fingerprint(held.iter().map(|h| (&h.incoming, &h.outgoing)));
+        let before = self.held_said.insert(key.clone(), print)?;
+        (before != print && !held.is_empty()).then_some(held.len())
     }
 
     /// Placements with a remembered `ScoreValidityCapped` warning.
@@ -375,21 +405,22 @@ impl State {
     pub fn delete_placement(&mut self, key: &Key) -> BTreeSet<Key> {
         self.index.remove(key);
         self.validity_warned.remove(key);
+        self.held_said.remove(key);
         self.placements.remove(key);
         BTreeSet::new()
     }
 }
 
-/// A 64-bit digest of a capped-score list (SipHash with fixed keys: the same list gives the
-/// same digest for the life of the process; a collision would only skip one warning).
-fn fingerprint(capped: &[CappedScore]) -> u64 {
+/// A 64-bit digest of a list of pairs (SipHash with fixed keys: the same list gives the same
+/// digest for the life of the process; a collision would only skip one event). For capped
+/// scores the pairs are which scores (not their bounds: a renewed score moves its bound, and
+/// that is not news); for held moves, which cluster would replace which.
+fn fingerprint<A: Hash, B: Hash>(pairs: impl ExactSizeIterator<Item = (A, B)>) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
-    capped.len().hash(&mut h);
-    // Which scores are capped, not their bounds: a renewed score moves its bound, and that
-    // is not news.
-    for c in capped {
-        c.cluster.hash(&mut h);
-        c.resource.hash(&mut h);
+    pairs.len().hash(&mut h);
+    for (a, b) in pairs {
+        a.hash(&mut h);
+        b.hash(&mut h);
     }
     h.finish()
 }
@@ -570,7 +601,10 @@ mod tests {
 
     #[test]
     fn a_capped_score_warning_is_news_once_per_change() {
-        let mut st = State::default();
+        let mut st = State {
+            started: Started(Timestamp::from_second(0).expect("a valid time")),
+            ..State::default()
+        };
         let k: Key = ("ns".into(), "p".into());
         assert!(!st.capped_changed(&k, &[]));
         assert!(st.capped_changed(&k, &capped(&["a", "b"], 600)));
@@ -588,5 +622,50 @@ mod tests {
         // A deleted placement leaves nothing behind.
         st.delete_placement(&k);
         assert_eq!(st.warned_count(), 0);
+    }
+
+    #[test]
+    fn a_restart_repeats_no_warning_about_scores_ended_before_it() {
+        let mut st = State {
+            started: Started(Timestamp::from_second(1000).expect("a valid time")),
+            ..State::default()
+        };
+        let k: Key = ("ns".into(), "p".into());
+        // Ended before this process started: the scheduler before it said so.
+        assert!(!st.capped_changed(&k, &capped(&["a"], 900)));
+        assert!(!st.capped_changed(&k, &capped(&["a"], 900)));
+        // A change after that is news.
+        assert!(st.capped_changed(&k, &capped(&["a", "b"], 1100)));
+        // Another placement whose score the bound ended after the start: news at once.
+        let k2: Key = ("ns".into(), "q".into());
+        assert!(st.capped_changed(&k2, &capped(&["a"], 1000)));
+    }
+
+    #[test]
+    fn held_moves_are_news_when_they_change_but_not_on_a_first_pass() {
+        let mut st = State::default();
+        let k: Key = ("ns".into(), "p".into());
+        let held = |pairs: &[(&str, &str)]| -> Vec<HeldMove> {
+            pairs
+                .iter()
+                .map(|(i, o)| HeldMove {
+                    incoming: (*i).into(),
+                    outgoing: (*o).into(),
+                    reason: "gain 1 < minScoreGain 30".into(),
+                })
+                .collect()
+        };
+        // The first pass after a start: what it holds was said before.
+        assert_eq!(st.held_changed(&k, true, &held(&[("c", "a")])), None);
+        assert_eq!(st.held_changed(&k, true, &held(&[("c", "a")])), None);
+        assert_eq!(st.held_changed(&k, true, &held(&[("d", "a")])), Some(1));
+        // Nothing held, then the same hold again: news.
+        assert_eq!(st.held_changed(&k, true, &[]), None);
+        assert_eq!(st.held_changed(&k, true, &held(&[("d", "a")])), Some(1));
+        // Controls removed: forgotten.
+        assert_eq!(st.held_changed(&k, false, &[]), None);
+        assert_eq!(st.held_changed(&k, true, &held(&[("d", "a")])), None);
+        st.delete_placement(&k);
+        assert!(st.held_said.is_empty());
     }
 }

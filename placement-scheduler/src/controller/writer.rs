@@ -133,6 +133,7 @@ fn own_write(write: &Write) -> OwnWrite {
             labels: Some(labels.clone()),
             ..OwnWrite::default()
         },
+        Write::Annotations { .. } => OwnWrite::default(),
         Write::Delete { .. } => OwnWrite {
             delete: true,
             ..OwnWrite::default()
@@ -342,7 +343,11 @@ impl Writer {
                     Ok(c) => (c, true),
                     // Our cache was behind: the object exists; make its labels and status ours.
                     Err(WriteError::Api { source, .. }) if already_exists(&source) => {
-                        let labels = json!({"metadata": {"labels": body.metadata.labels}});
+                        let mut labels = json!({"metadata": {"labels": body.metadata.labels}});
+                        // Ours only, and only when we set some (null would remove them all).
+                        if let Some(a) = &body.metadata.annotations {
+                            labels["metadata"]["annotations"] = json!(a);
+                        }
                         let patch = Patch::Merge(&labels);
                         let patched = self
                             .call("patch", "placementdecisions", what, || {
@@ -386,6 +391,19 @@ impl Writer {
             Write::Labels { name, labels } => {
                 let body = preconditioned(
                     json!({"metadata": {"labels": labels}}),
+                    versions.resource_version(name),
+                );
+                let patch = Patch::Merge(&body);
+                let written = self
+                    .call("patch", "placementdecisions", what, || {
+                        api.patch(name, &pp, &patch)
+                    })
+                    .await?;
+                Ok(Some(written))
+            }
+            Write::Annotations { name, annotations } => {
+                let body = preconditioned(
+                    json!({"metadata": {"annotations": annotations}}),
                     versions.resource_version(name),
                 );
                 let patch = Patch::Merge(&body);

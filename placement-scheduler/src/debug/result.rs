@@ -31,6 +31,10 @@ pub struct DebugResult {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub aggregated_scores: Vec<ClusterScore>,
+    /// Ours, not upstream's: replacements the Placement's stability controls held back, each
+    /// as `<incoming> would replace <outgoing>: <reason>`.
+    #[serde(rename = "heldMoves", default, skip_serializing_if = "Vec::is_empty")]
+    pub held_moves: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
 }
@@ -150,6 +154,7 @@ pub fn debug_result(placement: &Placement, outcome: &Outcome) -> DebugResult {
         filter_results,
         prioritize_results,
         aggregated_scores,
+        held_moves: outcome.held.iter().map(ToString::to_string).collect(),
         error: String::new(),
     }
 }

@@ -20,9 +20,11 @@ pub struct Simulated {
 /// Schedules every Placement of `objects` (optionally only `only`, as `ns/name`) at `now`.
 /// Placements are scheduled independently against the same input.
 ///
-/// `max_score_validity` is the controller's bound on `validUntil`. Files carry no time at
-/// which the scheduler observed a score, so the bound counts from `now`: it never ends a
-/// score at the simulated instant, and a `validUntil` beyond it is noted in the report.
+/// `max_score_validity` is the controller's bound on `validUntil`. It counts from when the hub
+/// last accepted a write of a score (its `managedFields` time, as `kubectl get -o yaml`
+/// shows it, else its `creationTimestamp`); a file that carries neither makes it count from
+/// `now`: it never ends such a score at the simulated instant, and a `validUntil` beyond it
+/// is noted in the report.
 ///
 /// `limits` are the controller's; each placement's CEL time budget counts from its own start.
 pub fn run(
@@ -109,7 +111,7 @@ spec:
         assert_eq!(
             o.notes,
             [
-                "AddOn/r/s: validity capped (10m after it was observed): a/r (validUntil 2036-01-01T00:00:00Z) counts until 2026-06-01T12:10:00Z"
+                "AddOn/r/s: validity capped (10m after it was written): a/r (validUntil 2036-01-01T00:00:00Z) counts until 2026-06-01T12:10:00Z"
             ]
         );
         let off = run_with(MaxScoreValidity(None));

@@ -67,6 +67,12 @@ fn placement_text(out: &mut String, o: &Outcome) {
         o.available.len() + o.terminating.len(),
         o.cluster_sets.join(", ")
     );
+    if !o.held.is_empty() {
+        let _ = writeln!(out, "  held by the stability controls:");
+        for h in &o.held {
+            let _ = writeln!(out, "    {h}");
+        }
+    }
     let _ = writeln!(out, "  decisions:");
     for g in &o.groups {
         for s in &g.slices {
