@@ -33,8 +33,8 @@ pub use limits::{Deadline, Limits};
 pub use plan::{Event, EventType, PlannedWrite, Write};
 pub use prioritize::addon::CappedScore;
 pub use select::SpreadReport;
-pub use stability::HeldMove;
 pub use snapshot::{ClusterInfo, Name, SetMembers, Snapshot};
+pub use stability::HeldMove;
 pub use status::{Code, Limit, Status};
 pub use visibility::rate_limit;
 
@@ -207,10 +207,8 @@ fn run<'a>(
     let weighted = prioritize::from_policy(&spec.prioritizer_policy)?;
     let stability = stability::parse(annotation_of(placement, stability::ANNOTATION))?;
     let constraints = select::constraints(&spec.spread_policy.spread_constraints)?;
-    let affinity = prioritize::affinity::parse(annotation_of(
-        placement,
-        prioritize::affinity::ANNOTATION,
-    ))?;
+    let affinity =
+        prioritize::affinity::parse(annotation_of(placement, prioritize::affinity::ANNOTATION))?;
     let topologies: Vec<std::sync::Arc<snapshot::Topology>> = constraints
         .iter()
         .map(|c| snapshot.topology(&c.topology_key, c.claim))

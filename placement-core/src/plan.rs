@@ -69,9 +69,7 @@ impl Write {
             Write::Status { name, .. }
             | Write::Labels { name, .. }
             | Write::Annotations { name, .. }
-            | Write::Delete { name } => {
-                name
-            }
+            | Write::Delete { name } => name,
         }
     }
 }
@@ -294,7 +292,10 @@ fn status_events(ctx: &EventContext<'_>, decision: &str) -> Vec<Event> {
 
 /// The annotations of ours (the stability state) that `desired` sets and `existing` lacks or
 /// holds otherwise. One that `desired` does not set is left as it is: nothing to write.
-fn ours_to_annotate(existing: &PlacementDecision, desired: &PlacementDecision) -> BTreeMap<String, String> {
+fn ours_to_annotate(
+    existing: &PlacementDecision,
+    desired: &PlacementDecision,
+) -> BTreeMap<String, String> {
     let get = |d: &PlacementDecision, k: &str| {
         d.metadata
             .annotations

@@ -313,8 +313,16 @@ pub fn select(
 
     // What would have moved without the controls: newcomers kept out, incumbents kept in.
     let (picked_set, free_set) = (as_set(&picked), as_set(&free));
-    let mut held_in: Vec<usize> = free.iter().copied().filter(|i| !picked_set.contains(i)).collect();
-    let mut held_out: Vec<usize> = picked.iter().copied().filter(|i| !free_set.contains(i)).collect();
+    let mut held_in: Vec<usize> = free
+        .iter()
+        .copied()
+        .filter(|i| !picked_set.contains(i))
+        .collect();
+    let mut held_out: Vec<usize> = picked
+        .iter()
+        .copied()
+        .filter(|i| !free_set.contains(i))
+        .collect();
     held_in.sort_by_key(|&i| (std::cmp::Reverse(totals[i]), names[i].clone()));
     held_out.sort_by_key(|&i| (totals[i], names[i].clone()));
     let mut held = Vec::new();

@@ -98,10 +98,11 @@ impl LimitArgs {
 /// The bound on score validity, shared by `simulate` and `controller`.
 #[derive(clap::Args)]
 struct ValidityArgs {
-    /// A score counts for at most this long after the scheduler saw it written, whatever its
-    /// `validUntil` says (a far-future or missing one included: upstream keeps those
-    /// forever); a Warning event `ScoreValidityCapped` names the scores the bound has ended.
-    /// 0 turns the bound off. `simulate` has no write times and counts from --now.
+    /// A score that sets `validUntil` counts for at most this long after the hub last
+    /// accepted a write of it (its managedFields time), however far ahead its `validUntil`
+    /// lies; a Warning event `ScoreValidityCapped` names the scores the bound has ended. An
+    /// unset `validUntil` never expires, as upstream. 0 turns the bound off. `simulate` counts
+    /// from a file's managedFields or creationTimestamp, else from --now.
     #[arg(long, env = "MAX_SCORE_VALIDITY", default_value = "10m", value_parser = ocm_runtime::leader::parse_duration)]
     max_score_validity: Duration,
 }

@@ -191,7 +191,12 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 /// The score a provider writes at `at` (the hub records the write's time in `managedFields`).
-fn written_score(cluster: &str, value: i32, valid_until: u8, at_secs: i64) -> ocm_api::AddOnPlacementScore {
+fn written_score(
+    cluster: &str,
+    value: i32,
+    valid_until: u8,
+    at_secs: i64,
+) -> ocm_api::AddOnPlacementScore {
     let valid_until = match valid_until {
         0 => None,
         1 => Some(at_secs + 120),

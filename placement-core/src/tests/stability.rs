@@ -76,9 +76,15 @@ fn state_of(w: &World) -> State {
 #[test]
 fn a_bad_policy_is_a_misconfiguration_that_names_the_problem() {
     let cases: &[(&str, &str)] = &[
-        ("{\"minScoreGain\": -1}", "minScoreGain must be between 0 and"),
+        (
+            "{\"minScoreGain\": -1}",
+            "minScoreGain must be between 0 and",
+        ),
         ("{\"minScoreGain\": \"x\"}", "invalid type"),
-        ("{\"minSelectedDuration\": \"5 minutes\"}", "minSelectedDuration must be"),
+        (
+            "{\"minSelectedDuration\": \"5 minutes\"}",
+            "minSelectedDuration must be",
+        ),
         ("{\"minSelectedDuration\": \"169h\"}", "at most 168h"),
         ("{\"maxScoreMovesPerHour\": -2}", "invalid value"),
         ("{\"minScoreGian\": 3}", "unknown field `minScoreGian`"),
@@ -137,7 +143,9 @@ fn min_score_gain_holds_a_smaller_gain_and_lets_an_equal_one_through() {
         } else {
             assert_eq!(
                 held(&o),
-                [format!("c would replace b: gain {gain} < minScoreGain {min}")]
+                [format!(
+                    "c would replace b: gain {gain} < minScoreGain {min}"
+                )]
             );
         }
         // The decisions carry the true totals, not the bonus.
@@ -163,9 +171,7 @@ fn without_the_annotation_nothing_is_held() {
     assert_eq!(chosen(&o), ["a", "c"]);
     assert!(o.held.is_empty());
     assert!(
-        o.decisions
-            .iter()
-            .all(|d| d.metadata.annotations.is_none()),
+        o.decisions.iter().all(|d| d.metadata.annotations.is_none()),
         "no state without the controls"
     );
 }
@@ -230,7 +236,11 @@ fn min_selected_duration_holds_a_new_cluster_until_it_has_been_selected_that_lon
         ["c would replace b: b selected 30s ago, less than minSelectedDuration 5m"]
     );
     assert_eq!(o.requeue_at, Some(t(301)));
-    assert!(o.writes.is_empty(), "a held move writes nothing: {:?}", o.writes);
+    assert!(
+        o.writes.is_empty(),
+        "a held move writes nothing: {:?}",
+        o.writes
+    );
     // Once b has been selected 5 minutes, the gain decides: c comes in.
     let o = pass(&mut w, &mut p, t(301));
     assert_eq!(chosen(&o), ["a", "c"]);
@@ -289,7 +299,8 @@ fn the_hourly_budget_counts_replacements_and_lets_the_best_ones_through() {
 
 #[test]
 fn a_placement_at_rest_writes_nothing_and_a_restart_reads_the_state_back() {
-    let policy = json!({"minScoreGain": 20, "minSelectedDuration": "10m", "maxScoreMovesPerHour": 3});
+    let policy =
+        json!({"minScoreGain": 20, "minSelectedDuration": "10m", "maxScoreMovesPerHour": 3});
     let mut w = world(&[("a", 50), ("b", 0), ("c", -50)]);
     let mut p = stable(2, Some(policy));
     let o = pass(&mut w, &mut p, now());

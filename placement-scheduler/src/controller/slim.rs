@@ -11,8 +11,8 @@
 //! and there is one per cluster, not per placement.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
-use placement_core::prioritize::addon::written_at;
 use ocm_api::{AddOnPlacementScore, ManagedClusterSet, Placement, PlacementDecision};
+use placement_core::prioritize::addon::written_at;
 
 /// Drops `managedFields` (server-side apply bookkeeping).
 fn strip(meta: &mut ObjectMeta) {
@@ -34,9 +34,12 @@ pub fn decision(mut d: PlacementDecision) -> PlacementDecision {
     let annotations = m.annotations.and_then(|mut a| {
         let state = a.remove(placement_core::stability::STATE_ANNOTATION)?;
         Some(
-            [(placement_core::stability::STATE_ANNOTATION.to_owned(), state)]
-                .into_iter()
-                .collect(),
+            [(
+                placement_core::stability::STATE_ANNOTATION.to_owned(),
+                state,
+            )]
+            .into_iter()
+            .collect(),
         )
     });
     d.metadata = ObjectMeta {

@@ -387,7 +387,12 @@ impl State {
     /// pass, and how many it holds then (`None`: no news). A placement's first pass in this
     /// process is no news: its holds were said by the scheduler before this one (a restart
     /// writes nothing to a hub at rest).
-    pub fn held_changed(&mut self, key: &Key, has_controls: bool, held: &[HeldMove]) -> Option<usize> {
+    pub fn held_changed(
+        &mut self,
+        key: &Key,
+        has_controls: bool,
+        held: &[HeldMove],
+    ) -> Option<usize> {
         if !has_controls {
             self.held_said.remove(key);
             return None;

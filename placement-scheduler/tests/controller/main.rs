@@ -22,3 +22,5 @@ mod cost;
 mod lifecycle;
 /// Upstream's integration scenarios and the seeds' stories.
 mod scenarios;
+/// The stability controls on the live hub.
+mod stability;
