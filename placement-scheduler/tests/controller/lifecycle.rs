@@ -352,7 +352,7 @@ async fn events_follow_the_writes() {
 /// Issue 15, item 4: a managed cluster's agent writes its score with `validUntil` ten years
 /// ahead, as its own hub identity (the shipped agent Role: get/create scores, patch their
 /// status, in its cluster namespace). Upstream would keep that score forever after the agent
-/// stops; here it counts for `--max-score-validity` after the scheduler saw it written, and the
+/// stops; here it counts for `--max-score-validity` after the hub accepted its write, and the
 /// placement gets one `ScoreValidityCapped` Warning naming the cluster and the score.
 #[tokio::test]
 async fn a_far_future_valid_until_stops_counting_at_the_bound() {
