@@ -118,4 +118,103 @@ spec:
         assert_eq!(off.prioritizers[0].scores, [Some(40)]);
         assert!(off.notes.is_empty(), "{:?}", off.notes);
     }
+
+    /// A held move is in the report, with its reason, and so is a file's write time: a score
+    /// written 700 s before `--now` (its `managedFields`) with a far `validUntil` has been ended
+    /// by the bound.
+    #[test]
+    fn held_moves_and_write_times_are_read_from_the_files() {
+        let input = r#"
+apiVersion: cluster.open-cluster-management.io/v1
+kind: ManagedCluster
+metadata: {name: a, labels: {cluster.open-cluster-management.io/clusterset: s}}
+spec: {hubAcceptsClient: true}
+---
+apiVersion: cluster.open-cluster-management.io/v1
+kind: ManagedCluster
+metadata: {name: b, labels: {cluster.open-cluster-management.io/clusterset: s}}
+spec: {hubAcceptsClient: true}
+---
+apiVersion: cluster.open-cluster-management.io/v1beta2
+kind: ManagedClusterSet
+metadata: {name: s}
+spec: {clusterSelector: {selectorType: ExclusiveClusterSetLabel}}
+---
+apiVersion: cluster.open-cluster-management.io/v1beta2
+kind: ManagedClusterSetBinding
+metadata: {name: s, namespace: ns}
+spec: {clusterSet: s}
+---
+apiVersion: cluster.open-cluster-management.io/v1alpha1
+kind: AddOnPlacementScore
+metadata: {name: r, namespace: a}
+status:
+  scores: [{name: s, value: 10}]
+---
+apiVersion: cluster.open-cluster-management.io/v1alpha1
+kind: AddOnPlacementScore
+metadata:
+  name: r
+  namespace: b
+  managedFields:
+  - {manager: agent, operation: Update, subresource: status, time: "2026-06-01T11:48:20Z"}
+status:
+  scores: [{name: s, value: 30}]
+  validUntil: "2036-01-01T00:00:00Z"
+---
+apiVersion: cluster.open-cluster-management.io/v1alpha1
+kind: AddOnPlacementScore
+metadata: {name: q, namespace: b}
+status:
+  scores: [{name: s, value: 30}]
+---
+apiVersion: cluster.open-cluster-management.io/v1beta1
+kind: PlacementDecision
+metadata:
+  name: p-decision-1
+  namespace: ns
+  labels: {cluster.open-cluster-management.io/placement: p, cluster.open-cluster-management.io/decision-group-index: "0", cluster.open-cluster-management.io/decision-group-name: ""}
+status:
+  decisions: [{clusterName: a, reason: "", score: 10}]
+---
+apiVersion: cluster.open-cluster-management.io/v1beta1
+kind: Placement
+metadata:
+  name: p
+  namespace: ns
+  annotations:
+    scheduling.ocm-placement.io/stability: '{"minScoreGain": 30}'
+spec:
+  numberOfClusters: 1
+  prioritizerPolicy:
+    mode: Exact
+    configurations:
+    - {scoreCoordinate: {type: AddOn, addOn: {resourceName: q, scoreName: s}}, weight: 1}
+    - {scoreCoordinate: {type: AddOn, addOn: {resourceName: r, scoreName: s}}, weight: 1}
+"#;
+        let objects = Objects::load(&[Source {
+            name: "input.yaml".into(),
+            text: input.into(),
+        }])
+        .expect("input");
+        let now: Timestamp = "2026-06-01T12:00:00Z".parse().expect("now");
+        let results = run(
+            &objects,
+            now,
+            &[],
+            MaxScoreValidity::default(),
+            Limits::default(),
+        );
+        let o = results[0].outcome.clone().expect("scheduled");
+        // b's r was written 700 s ago: the 10-minute bound ended it; its q counts (30).
+        assert_eq!(o.validity_capped.len(), 1, "{:?}", o.validity_capped);
+        assert_eq!(o.totals, [10, 30]);
+        let text = super::report::text(&results);
+        assert!(
+            text.contains(
+                "  held by the stability controls:\n    b would replace a: gain 20 < minScoreGain 30\n"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -70,6 +70,7 @@ fn outcome(
             .collect(),
         totals,
         selected: Vec::new(),
+        held: Vec::new(),
         spread: None,
         unscheduled: 0,
         status: Status::success(),
@@ -243,6 +244,29 @@ fn the_result_reads_back_and_keeps_no_runtime_metadata() {
     assert_eq!(p.metadata.managed_fields, None);
     assert_eq!(p.status, None);
     assert_eq!(p.spec, stored_placement().spec);
+}
+
+#[test]
+fn held_moves_are_listed_only_when_there_are_some() {
+    let mut o = outcome(
+        &["a", "b"],
+        vec![("Predicate", &[]), ("TaintToleration", &[])],
+        &["a"],
+        vec![("AddOn/r/s", 1, vec![Some(10), Some(17)])],
+        vec![10, 17],
+    );
+    let v = serde_json::to_value(debug_result(&stored_placement(), &o)).unwrap();
+    assert!(v.get("heldMoves").is_none(), "{v}");
+    o.held = vec![placement_core::HeldMove {
+        incoming: "b".into(),
+        outgoing: "a".into(),
+        reason: "gain 7 < minScoreGain 20".into(),
+    }];
+    let v = serde_json::to_value(debug_result(&stored_placement(), &o)).unwrap();
+    assert_eq!(
+        v["heldMoves"],
+        json!(["b would replace a: gain 7 < minScoreGain 20"])
+    );
 }
 
 #[test]
