@@ -3,7 +3,33 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-/// Sets (adds or updates) the condition of `type_` in `conditions`.
+/// The longest `message` a status condition may carry (`metav1.Condition`'s schema:
+/// `maxLength: 32768`). A longer one makes the apiserver refuse the whole status write.
+pub const MAX_MESSAGE: usize = 32768;
+
+/// `message` cut to what a condition's schema allows: see [`fit`].
+pub fn fit_message(message: &str) -> std::borrow::Cow<'_, str> {
+    fit(message, MAX_MESSAGE)
+}
+
+/// `text` cut to at most `max` bytes (so at most that many characters too), at a character
+/// boundary, ending with `...(truncated)` when cut: for fields whose schema bounds their
+/// length (a condition's message, an event's note), where a longer value would make the
+/// apiserver refuse the whole write.
+pub fn fit(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    const MARK: &str = "...(truncated)";
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}{MARK}", &text[..end]))
+}
+
+/// Sets (adds or updates) the condition of `type_` in `conditions`. The message is cut to
+/// what the schema allows ([`fit_message`]).
 pub fn set(
     conditions: &mut Vec<Condition>,
     type_: &str,
@@ -12,6 +38,8 @@ pub fn set(
     message: &str,
     now: jiff::Timestamp,
 ) {
+    let message = fit_message(message);
+    let message = message.as_ref();
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => {
             if c.status != status {
@@ -58,5 +86,28 @@ mod tests {
         assert_eq!(cs[0].last_transition_time.0, t1);
         assert_eq!(cs.len(), 1);
         assert_eq!(find(&cs, "Ready").map(|c| c.message.as_str()), Some("m2"));
+    }
+
+    #[test]
+    fn a_message_longer_than_the_schema_allows_is_cut_at_a_character() {
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        // (message length in characters, of which multi-byte) -> kept whole
+        for (text, whole) in [
+            ("a".repeat(MAX_MESSAGE), true),
+            ("a".repeat(MAX_MESSAGE + 1), false),
+            ("é".repeat(MAX_MESSAGE / 2), true),
+            ("é".repeat(MAX_MESSAGE), false),
+            (format!("{}é", "a".repeat(MAX_MESSAGE - 1)), false),
+        ] {
+            let mut cs = Vec::new();
+            set(&mut cs, "Ready", "False", "Big", &text, t0);
+            let m = &cs[0].message;
+            assert!(m.len() <= MAX_MESSAGE, "{} bytes", m.len());
+            assert_eq!(m == &text, whole, "{} bytes in", text.len());
+            if !whole {
+                assert!(m.ends_with("...(truncated)"));
+                assert!(text.starts_with(m.trim_end_matches("...(truncated)")));
+            }
+        }
     }
 }

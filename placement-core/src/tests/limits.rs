@@ -367,3 +367,41 @@ fn a_syntax_error_is_still_a_misconfiguration() {
     assert_eq!(out.status.code, Code::Misconfigured);
     assert_eq!(condition(&out, "PlacementMisconfigured").0, "True");
 }
+
+/// A condition message never exceeds what `metav1.Condition` allows (32,768 characters): a
+/// longer one would make the apiserver refuse the whole status write, again at every retry.
+#[test]
+fn condition_messages_fit_the_schema() {
+    use ocm_api::conditions::MAX_MESSAGE;
+    let w = World::new(vec![cluster("a")]);
+    // Compile errors quote the expression: many long broken ones make a long message.
+    let broken: Vec<String> = (0..2)
+        .map(|i| {
+            format!(
+                "managedCluster.metadata.name == '{}' &&",
+                "x".repeat(40000 + i)
+            )
+        })
+        .collect();
+    let o = w.schedule(&placement(
+        "ns",
+        "p",
+        json!({"predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": broken}}}]}),
+    ));
+    assert_eq!(o.status.code, crate::Code::Misconfigured);
+    assert!(
+        o.status.message.len() > MAX_MESSAGE,
+        "{}",
+        o.status.message.len()
+    );
+    for c in &o.placement_status.conditions {
+        assert!(
+            c.message.len() <= MAX_MESSAGE,
+            "{}: {}",
+            c.type_,
+            c.message.len()
+        );
+    }
+    let (_, _, m) = condition(&o, "PlacementMisconfigured");
+    assert!(m.ends_with("...(truncated)"));
+}

@@ -28,6 +28,9 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use ocm_runtime::leader::is_not_leader;
 use serde_json::json;
+
+/// The longest note `events.k8s.io/v1` accepts (1 kB).
+const MAX_NOTE: usize = 1024;
 use tokio::sync::mpsc;
 
 use super::Leader;
@@ -403,7 +406,8 @@ impl Recorder {
             type_: Some(p.event.type_.as_str().to_owned()),
             reason: Some(p.event.reason.to_owned()),
             action: Some(p.event.action.to_owned()),
-            note: Some(p.event.note.clone()),
+            // events.k8s.io/v1 refuses a note over 1 kB (a long Warning's message would).
+            note: Some(ocm_api::conditions::fit(&p.event.note, MAX_NOTE).into_owned()),
             regarding: Some(p.regarding.clone()),
             related: p.related.clone(),
             reporting_controller: Some(REPORTER.to_owned()),

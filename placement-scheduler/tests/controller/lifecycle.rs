@@ -573,3 +573,69 @@ async fn deleted_placements_leave_no_backoff_behind() {
         start.0
     );
 }
+
+/// A condition message longer than `metav1.Condition` allows (32,768 characters: here a CEL
+/// compile error quoting two 40,000-character expressions) is cut to fit, so the apiserver
+/// accepts the Placement's status (before: every status patch was refused, retried forever).
+#[tokio::test]
+async fn a_long_condition_message_is_cut_to_what_the_schema_allows() {
+    let hub = Hub::new("pl-long-message").await;
+    hub.clusters(&["a"], json!({})).await;
+    let broken: Vec<String> = (0..2)
+        .map(|i| {
+            format!(
+                "managedCluster.metadata.name == '{}' &&",
+                "x".repeat(40000 + i)
+            )
+        })
+        .collect();
+    hub.placement(
+        "p",
+        json!({"predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": broken}}}]}),
+    )
+    .await;
+    let message = hub
+        .expect_condition("p", MISCONFIGURED, "True", "Misconfigured")
+        .await;
+    assert!(message.len() <= 32768, "{}", message.len());
+    assert!(
+        message.ends_with("...(truncated)"),
+        "{}",
+        &message[message.len() - 40..]
+    );
+}
+
+/// An event note longer than `events.k8s.io/v1` allows (1 kB: here the Warning that names 30
+/// expired scores of long-named clusters) is cut to fit, so the Warning is published (before:
+/// the apiserver refused it and it was lost).
+#[tokio::test]
+async fn a_long_event_note_is_cut_to_what_the_api_allows() {
+    use k8s_openapi::api::events::v1::Event;
+    let hub = Hub::new("pl-long-note").await;
+    let short: Vec<String> = (0..30)
+        .map(|i| format!("cluster-with-a-long-name-{i:02}"))
+        .collect();
+    let short: Vec<&str> = short.iter().map(String::as_str).collect();
+    let names = hub.clusters(&short, json!({})).await;
+    for n in &names {
+        hub.score(n, "gone", &[("gone", 1)], Some("2020-01-01T00:00:00Z"))
+            .await;
+    }
+    hub.placement("p", json!({"prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "gone", "scoreName": "gone"}}, "weight": 1}]}}))
+        .await;
+    hub.expect_count("p", 30).await;
+    let api: Api<Event> = Api::namespaced(hub.client.clone(), &hub.ns);
+    let note = eventually("the expired-scores Warning", || async {
+        api.list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.type_.as_deref() == Some("Warning"))
+            .and_then(|e| e.note)
+    })
+    .await;
+    assert!(note.len() <= 1024, "{}", note.len());
+    assert!(note.ends_with("...(truncated)"), "{note}");
+}
