@@ -627,19 +627,14 @@ const UNREACHABLE_FOR: Duration = Duration::from_secs(20);
 /// One look at a binary waiting for its hub at `server`: still running, alive (`/healthz`
 /// 200) and not ready, `/readyz` 503 naming the hub it waits for.
 async fn is_waiting(child: &mut Child, stderr: &Path, metrics: u16, server: &str) {
-    let base = format!("http://127.0.0.1:{metrics}");
     if let Some(status) = child.try_wait().unwrap() {
         let log = std::fs::read_to_string(stderr).unwrap_or_default();
         panic!("exited ({status}) while the hub was unreachable:\n{log}");
     }
-    assert_eq!(
-        get(&format!("{base}/healthz")).await.map(|r| r.0),
-        Some(200)
-    );
-    let (status, body) = get(&format!("{base}/readyz")).await.unwrap();
-    assert_eq!(status, 503, "{body}");
-    let want = format!("waiting for the hub apiserver at {server}/");
-    assert!(body.contains(&want), "{body}");
+    let metrics = ([127, 0, 0, 1], metrics).into();
+    if let Err(e) = testenv::forward::waiting_for(metrics, server).await {
+        panic!("not waiting for the hub: {e}");
+    }
 }
 
 /// Waits until `/readyz` names the failed attempt's error (the first attempt has failed).

@@ -1,7 +1,8 @@
 //! A hub that appears at an address where nothing answered before: a TCP forwarder started
 //! late on a loopback port, relaying every connection to a real apiserver byte for byte (TLS
 //! and all, end to end). Tests start a binary against the port while nothing listens there (a
-//! hub that cannot be reached), then start the forwarder (the hub is back).
+//! hub that cannot be reached), check that it waits ([`waiting_for`]), then start the
+//! forwarder (the hub is back).
 
 use std::net::SocketAddr;
 
@@ -53,6 +54,22 @@ impl Drop for Forwarder {
         // Aborting the accept loop drops its JoinSet, which aborts every relay.
         self.task.abort();
     }
+}
+
+/// How a binary waiting for its hub at `server` answers its probes on `metrics`: `/healthz`
+/// 200 and `/readyz` 503 `waiting for the hub apiserver at <server>…`. `Ok` with `/readyz`'s
+/// body, else what it answered instead.
+pub async fn waiting_for(metrics: SocketAddr, server: &str) -> Result<String, String> {
+    let (healthz, body) = crate::http::get(metrics, "/healthz").await?;
+    if healthz != 200 {
+        return Err(format!("/healthz answered {healthz}: {body}"));
+    }
+    let (readyz, body) = crate::http::get(metrics, "/readyz").await?;
+    let want = format!("waiting for the hub apiserver at {server}");
+    if readyz != 503 || !body.contains(&want) {
+        return Err(format!("/readyz answered {readyz}: {body}"));
+    }
+    Ok(body)
 }
 
 #[cfg(test)]
