@@ -213,6 +213,10 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     let hub = app.connect(&args.app.client).await?;
     let handle = Handle::new(app.registry());
     let running = app.serve(&args.app.serve).await?;
+    // Probes answer (not ready) while the hub cannot be reached; the stop signal ends the wait.
+    let Ok(()) = running.wait_for_hub(&hub.unlimited()?, &hub.server()).await else {
+        return Ok(());
+    };
     let lease = format!("{}-manager", args.addon_name);
     let leadership = running.elect(&args.app.leader, &hub, &lease)?;
     // The manager's client sends writes only while leading.
@@ -256,20 +260,26 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     let settings = args.provider.settings(&args.score_name, SCORER)?;
     // The elector gets a client of its own, outside the writes' rate limit, so that renewals
     // never queue behind a round's writes (a kubeconfig-following hub client has no limit).
-    let (hub, elector_client) = match &args.provider.hub_kubeconfig {
+    let (hub, elector_client, server) = match &args.provider.hub_kubeconfig {
         Some(path) => {
             let hub = score_provider::HubClient::load(path, user_agent).await?;
             let elector_client = hub.client();
-            (hub, elector_client)
+            let server = hub.server();
+            (hub, elector_client, server)
         }
         None => {
             let config =
                 ocm_runtime::client::load_config(args.client.kubeconfig.as_deref()).await?;
+            let server = config.cluster_url.to_string();
             let limiter = args.client.rate_limiter()?;
             let writes =
                 ocm_runtime::client::client_with(config.clone(), limiter.as_ref(), user_agent)?;
             let elector_client = ocm_runtime::client::client_with(config, None, user_agent)?;
-            (score_provider::HubClient::fixed(writes), elector_client)
+            (
+                score_provider::HubClient::fixed(writes),
+                elector_client,
+                server,
+            )
         }
     };
     let provider = prom_scorer(&args, hub.client())?;
@@ -279,6 +289,10 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
     runner.metrics().register(app.registry());
     provider.1.register(app.registry());
     let running = app.serve(&args.provider.serve).await?;
+    // Probes answer (not ready) while the hub cannot be reached; the stop signal ends the wait.
+    let Ok(()) = running.wait_for_hub(&elector_client, &server).await else {
+        return Ok(());
+    };
 
     // Only the leader queries and writes. A replica that loses the lease drops its pass at
     // once (racing the runner) and exits, to come back as a standby, as client-go controllers

@@ -111,6 +111,11 @@ impl Health {
         self.state().not_ready.is_none()
     }
 
+    /// Why not ready (what `/readyz` answers with), or `None` when ready.
+    pub fn not_ready(&self) -> Option<String> {
+        self.state().not_ready.clone()
+    }
+
     pub fn is_healthy(&self) -> bool {
         self.state().unhealthy.is_none()
     }

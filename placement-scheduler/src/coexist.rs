@@ -3,9 +3,9 @@
 //! Lease `placement-lock`); a second scheduler writing the same PlacementDecisions would undo
 //! its decisions and be undone in turn. So the scheduler started as itself (the chart's
 //! invocation) looks for it before scheduling and refuses to start when it is active, unless
-//! told to take over. Started as `placement` (swapped in through the ClusterManager's
-//! `spec.placementImagePullSpec`), the scheduler *is* that controller and joins that Lease's
-//! election instead (see [`crate::upstream`]), so it does not check.
+//! told to take over (then it does not look). Started as `placement` (swapped in through the
+//! ClusterManager's `spec.placementImagePullSpec`), the scheduler *is* that controller and
+//! joins that Lease's election instead (see [`crate::upstream`]), so it does not check.
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -137,21 +137,13 @@ fn read<T>(
     }
 }
 
-/// The start-up check: an error naming what was found and the two remedies, unless
-/// `take_over` (then a warning).
-pub async fn check(
-    client: &kube::Client,
-    namespace: &str,
-    take_over: bool,
-) -> Result<(), CoexistError> {
+/// The start-up check: an error naming what was found and the two remedies. Not made with
+/// `--take-over`. An apiserver that cannot be reached is the caller's to wait for (its error,
+/// [`CoexistError::Read`], holds the client's).
+pub async fn check(client: &kube::Client, namespace: &str) -> Result<(), CoexistError> {
     let found = find_upstream(client, namespace, Timestamp::now()).await?;
     if found.is_empty() {
         tracing::debug!(%namespace, "OCM's placement controller is not active");
-        return Ok(());
-    }
-    if take_over {
-        let found: Vec<String> = found.iter().map(ToString::to_string).collect();
-        tracing::warn!(found = %found.join("; "), "--take-over: scheduling although OCM's placement controller is active; scale it down, or both will write the same PlacementDecisions");
         return Ok(());
     }
     Err(CoexistError::Active { found })

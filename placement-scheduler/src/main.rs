@@ -196,11 +196,11 @@ struct ControllerArgs {
     tls_key_file: Option<PathBuf>,
     #[command(flatten)]
     debug_limits: placement_scheduler::debug::DebugLimits,
-    /// Start even when OCM's own placement controller is active on the hub (its Lease
-    /// `placement-lock` held, or its Deployment `cluster-manager-placement-controller` ready,
-    /// in --ocm-hub-namespace). Without it the scheduler refuses to start then, rather than
-    /// fight it over the same PlacementDecisions. Not checked when started as `placement`
-    /// (as OCM's placement controller itself).
+    /// Start without checking whether OCM's own placement controller is active on the hub.
+    /// Without it the scheduler first looks for it (its Lease `placement-lock` held, or its
+    /// Deployment `cluster-manager-placement-controller` ready, in --ocm-hub-namespace) and
+    /// refuses to start when it is, rather than fight it over the same PlacementDecisions.
+    /// Not checked when started as `placement` (as OCM's placement controller itself).
     #[arg(
         long,
         env = "TAKE_OVER",
@@ -333,14 +333,6 @@ async fn controller_cmd(
     )?;
     upstream_flags(&mut args, invocation);
     let hub = app.connect(&args.app.client).await?;
-    if invocation != Invocation::Upstream {
-        placement_scheduler::coexist::check(
-            &hub.unlimited()?,
-            &args.ocm_hub_namespace,
-            args.take_over,
-        )
-        .await?;
-    }
     // The debug endpoint's reviews have a rate limiter of their own (same settings), so that
     // callers of the endpoint never spend the controller's (its client, below, sends writes
     // only while this replica leads).
@@ -374,6 +366,26 @@ async fn controller_cmd(
         );
         let server = debug_endpoint(&args, debugger, running.shutdown()).await?;
         tokio::spawn(server);
+    }
+    // Probes answer (not ready) while the hub cannot be reached; the stop signal ends the wait.
+    let server = hub.server();
+    let Ok(()) = running.wait_for_hub(&hub.unlimited()?, &server).await else {
+        return Ok(());
+    };
+    if invocation == Invocation::Upstream {
+        // It *is* OCM's placement controller: nothing to check.
+    } else if args.take_over {
+        tracing::info!(
+            "--take-over: not checking whether OCM's placement controller is active; scale it down, or both will write the same PlacementDecisions"
+        );
+    } else {
+        let client = hub.unlimited()?;
+        let namespace = &args.ocm_hub_namespace;
+        let check = || placement_scheduler::coexist::check(&client, namespace);
+        let Ok(checked) = running.retry_while_unreachable(&server, check).await else {
+            return Ok(());
+        };
+        checked?;
     }
 
     let leadership = running.elect(&args.app.leader, &hub, upstream::lease_name(invocation))?;

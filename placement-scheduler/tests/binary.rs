@@ -397,7 +397,8 @@ async fn exited(child: &mut Child) -> std::process::ExitStatus {
 }
 
 /// OCM's placement controller holds its Lease: the chart's scheduler refuses to start, naming
-/// what it found and both remedies, and writes nothing; with --take-over it schedules.
+/// what it found and both remedies, and writes nothing; with --take-over it does not look and
+/// schedules.
 #[tokio::test]
 async fn the_scheduler_refuses_to_fight_ocms_placement_controller_unless_told_to_take_over() {
     let hub = Hub::without_controller("pl-coexist").await;
@@ -426,6 +427,10 @@ async fn the_scheduler_refuses_to_fight_ocms_placement_controller_unless_told_to
     hub.expect("p", &["a", "b"]).await;
     let _ = taking_over.kill();
     let _ = taking_over.wait();
+    // It did not look: nothing found, nothing refused.
+    let stderr = std::fs::read_to_string(dir.join("stderr")).unwrap();
+    assert!(stderr.contains("--take-over: not checking"), "{stderr}");
+    assert!(!stderr.contains("is held by"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -614,4 +619,110 @@ async fn upstreams_command_line_runs_as_ocms_placement_controller() {
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// How long a binary started before its hub is watched waiting for it.
+const UNREACHABLE_FOR: Duration = Duration::from_secs(20);
+
+/// One look at a binary waiting for its hub at `server`: still running, alive (`/healthz`
+/// 200) and not ready, `/readyz` 503 naming the hub it waits for.
+async fn is_waiting(child: &mut Child, stderr: &Path, metrics: u16, server: &str) {
+    if let Some(status) = child.try_wait().unwrap() {
+        let log = std::fs::read_to_string(stderr).unwrap_or_default();
+        panic!("exited ({status}) while the hub was unreachable:\n{log}");
+    }
+    let metrics = ([127, 0, 0, 1], metrics).into();
+    if let Err(e) = testenv::forward::waiting_for(metrics, server).await {
+        panic!("not waiting for the hub: {e}");
+    }
+}
+
+/// Waits until `/readyz` names the failed attempt's error (the first attempt has failed).
+async fn names_the_error(metrics: u16) {
+    let url = format!("http://127.0.0.1:{metrics}/readyz");
+    eventually("/readyz to name the connection's error", || async {
+        get(&url)
+            .await
+            .filter(|(_, body)| body.contains("Connection refused"))
+    })
+    .await;
+}
+
+/// The chart's scheduler, with and without --take-over, started while its hub cannot be
+/// reached (nothing listens at the kubeconfig's address): for 20 s it keeps running, alive and
+/// not ready, `/readyz` naming the hub and the last error. Then the hub appears at that address
+/// (a forwarder to the real apiserver): both turn ready and schedule, the one without
+/// --take-over after checking for OCM's placement controller, the other without looking.
+#[tokio::test]
+async fn started_before_the_hub_the_scheduler_waits_for_it_then_schedules() {
+    let cp = testenv::shared().await;
+    let port = testenv::free_port();
+    let server = format!("https://127.0.0.1:{port}");
+    let mut runs = Vec::new();
+    for (tag, extra) in [("pl-late", None), ("pl-late-takeover", Some("--take-over"))] {
+        let hub = Hub::without_controller(tag).await;
+        hub.clusters(&["a", "b"], json!({})).await;
+        hub.placement("p", json!({})).await;
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, cp.kubeconfig_at(&server, None)).unwrap();
+        let metrics = testenv::free_port();
+        let stderr = dir.join("stderr");
+        let child = Command::new(env!("CARGO_BIN_EXE_placement-scheduler"))
+            .args([
+                "controller",
+                "--leader-elect=false",
+                "--debug-bind-address=",
+                "--log-level=info,placement_scheduler=debug",
+            ])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg(format!("--ocm-hub-namespace={}", hub.ns))
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+            .args(["--namespaces", &hub.ns])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        runs.push((hub, dir, stderr, metrics, child, extra.is_some()));
+    }
+    for (_, _, _, metrics, _, _) in &runs {
+        names_the_error(*metrics).await;
+    }
+    // Both, sampled every half second for 20 s.
+    let start = std::time::Instant::now();
+    while start.elapsed() < UNREACHABLE_FOR {
+        for (_, _, stderr, metrics, child, _) in &mut runs {
+            is_waiting(child, stderr, *metrics, &server).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let _hub = testenv::forward::Forwarder::start(port, cp.address())
+        .await
+        .unwrap();
+    for (hub, dir, stderr, metrics, mut child, take_over) in runs {
+        let base = format!("http://127.0.0.1:{metrics}");
+        eventually("/readyz to be 200 once the hub answers", || async {
+            get(&format!("{base}/readyz"))
+                .await
+                .filter(|(s, _)| *s == 200)
+        })
+        .await;
+        hub.expect("p", &["a", "b"]).await;
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = std::fs::read_to_string(&stderr).unwrap();
+        assert!(
+            log.contains("the hub apiserver is unreachable: waiting for it")
+                && log.contains("attempt=2"),
+            "{log}"
+        );
+        let checked = log.contains("OCM's placement controller is not active");
+        let skipped = log.contains("--take-over: not checking");
+        assert_eq!((checked, skipped), (!take_over, take_over), "{log}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -779,3 +779,64 @@ async fn the_writer_forgets_clusters_that_are_gone() {
     let _ = stop.send(());
     let _ = task.await;
 }
+
+/// Started while its hub cannot be reached (nothing listens at the hub kubeconfig's address),
+/// the agent keeps running for 10 s, alive and not ready, `/readyz` naming the hub and the last
+/// error. Once the hub answers at that address (a forwarder to the real apiserver), it writes
+/// the cluster's scores and turns ready.
+#[tokio::test]
+async fn started_before_the_hub_the_agent_waits_for_it_then_writes_scores() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("admin");
+    let setup = Setup::new(cp, cp, "late-hub").await;
+    let n1 = node(&setup, "n1", &[("cpu", "16"), ("memory", "64Gi")], false);
+    create_node(&admin, &n1).await;
+    let port = free_port();
+    let server = format!("https://127.0.0.1:{port}");
+    let (user, groups) = setup.hub_identity();
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    std::fs::write(
+        &setup.hub_kubeconfig,
+        cp.kubeconfig_at(&server, Some((&user, &groups))),
+    )
+    .expect("hub kubeconfig");
+    let metrics = free_port();
+    let mut args = setup.run_args(metrics);
+    args.push("--cpu-range=0:20".into());
+    let mut agent = Agent::spawn(&args, &setup.dir.join("agent.log"), metrics);
+    let probes = ([127, 0, 0, 1], metrics).into();
+    eventually(
+        "/readyz to name the connection's error",
+        DEADLINE,
+        || async {
+            let body = testenv::forward::waiting_for(probes, &server).await.ok()?;
+            body.contains("Connection refused").then_some(())
+        },
+    )
+    .await;
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        assert!(agent.running(), "exited while the hub was unreachable");
+        if let Err(e) = testenv::forward::waiting_for(probes, &server).await {
+            panic!("not waiting for the hub: {e}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let _hub = testenv::forward::Forwarder::start(port, cp.address())
+        .await
+        .expect("forwarder");
+    // 16 free cores of 0..20: 200*16/20-100 = 60.
+    let cluster = setup.cluster.as_str();
+    eventually("the scores on the hub", DEADLINE, || async {
+        let s = score_status(&admin, cluster, RESOURCE_USAGE_SCORE).await?;
+        (scores_of(&s).get("cpuAvailable") == Some(&60)).then_some(())
+    })
+    .await;
+    eventually("/readyz to be 200", DEADLINE, || async {
+        let (status, _) = testenv::http::get(probes, "/readyz").await.ok()?;
+        (status == 200).then_some(())
+    })
+    .await;
+    agent.kill();
+}

@@ -132,8 +132,9 @@ impl ProviderArgs {
 }
 
 /// Runs `provider` as `args` say until SIGTERM or Ctrl-C: loads the hub kubeconfig, serves
-/// `/metrics`, `/healthz` and `/readyz`, renews `lease` when given, and refreshes the scores
-/// object `score_name`. `manager` names the writes (field manager, user agent, label).
+/// `/metrics`, `/healthz` and `/readyz`, waits for the hub while it cannot be reached
+/// ([`ocm_runtime::app::Running::wait_for_hub`]), renews `lease` when given, and refreshes the
+/// scores object `score_name`. `manager` names the writes (field manager, user agent, label).
 /// Logging must be set up by the caller (see [`ocm_runtime::logging::init`]).
 pub async fn serve<P: ScoreProvider>(
     provider: P,
@@ -150,7 +151,7 @@ pub async fn serve<P: ScoreProvider>(
         .as_ref()
         .ok_or(CliError::NoHubKubeconfig)?;
     let hub = HubClient::load(path, &user_agent).await?;
-    let mut runner = Runner::new(provider, hub, settings);
+    let mut runner = Runner::new(provider, hub.clone(), settings);
     if let Some((client, lease)) = lease {
         runner = runner.with_lease(client, lease);
     }
@@ -161,6 +162,15 @@ pub async fn serve<P: ScoreProvider>(
         .without_leader_election();
     runner.metrics().register(app.registry());
     let running = app.serve(&args.serve).await?;
+    // Probes answer (not ready) while the hub cannot be reached; the stop signal ends the wait.
+    if running
+        .wait_for_hub(&hub.client(), &hub.server())
+        .await
+        .is_err()
+    {
+        running.server_stopped().await;
+        return Ok(());
+    }
     tracing::info!(score_name, manager, period = ?args.refresh_period, "score provider running");
     runner.run(running.shutdown()).await;
     running.server_stopped().await;

@@ -59,6 +59,8 @@ struct Inner {
 
 struct Loaded {
     client: kube::Client,
+    /// The apiserver's URL (empty for a [`HubClient::fixed`] client).
+    server: String,
     fingerprint: u64,
     /// Rebuilds so far.
     generation: u64,
@@ -70,7 +72,7 @@ impl HubClient {
     pub async fn load(path: impl Into<PathBuf>, user_agent: &str) -> Result<Self, HubError> {
         let path = path.into();
         let clock = HubClock::from_responses();
-        let (client, fingerprint) = build(&path, user_agent, &clock).await?;
+        let (client, server, fingerprint) = build(&path, user_agent, &clock).await?;
         tracing::info!(kubeconfig = %path.display(), "hub client ready");
         Ok(Self {
             inner: Arc::new(Inner {
@@ -78,6 +80,7 @@ impl HubClient {
                 user_agent: user_agent.to_owned(),
                 current: RwLock::new(Loaded {
                     client,
+                    server,
                     fingerprint,
                     generation: 0,
                 }),
@@ -95,6 +98,7 @@ impl HubClient {
                 user_agent: String::new(),
                 current: RwLock::new(Loaded {
                     client,
+                    server: String::new(),
                     fingerprint: 0,
                     generation: 0,
                 }),
@@ -106,6 +110,11 @@ impl HubClient {
     /// The current client.
     pub fn client(&self) -> kube::Client {
         self.read(|l| l.client.clone())
+    }
+
+    /// The hub apiserver's URL the kubeconfig names (empty for a [`HubClient::fixed`] client).
+    pub fn server(&self) -> String {
+        self.read(|l| l.server.clone())
     }
 
     /// The hub's time as this client last saw it.
@@ -130,7 +139,7 @@ impl HubClient {
         if fingerprint == self.read(|l| l.fingerprint) {
             return Ok(false);
         }
-        let (client, fingerprint) =
+        let (client, server, fingerprint) =
             build(&self.inner.path, &self.inner.user_agent, &self.inner.clock).await?;
         let mut guard = self
             .inner
@@ -138,6 +147,7 @@ impl HubClient {
             .write()
             .unwrap_or_else(|e| e.into_inner());
         guard.client = client;
+        guard.server = server;
         guard.fingerprint = fingerprint;
         guard.generation += 1;
         tracing::info!(
@@ -153,7 +163,7 @@ async fn build(
     path: &Path,
     user_agent: &str,
     clock: &HubClock,
-) -> Result<(kube::Client, u64), HubError> {
+) -> Result<(kube::Client, String, u64), HubError> {
     // The fingerprint first: if the files change while we build, the next check sees it.
     let fingerprint = fingerprint(path)?;
     let named = |source| HubError::Kubeconfig {
@@ -164,12 +174,13 @@ async fn build(
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(named)?;
+    let server = config.cluster_url.to_string();
     let client =
         client_with_clock(config, user_agent, clock).map_err(|source| HubError::Client {
             path: path.display().to_string(),
             source,
         })?;
-    Ok((client, fingerprint))
+    Ok((client, server, fingerprint))
 }
 
 /// `ocm_runtime::client::client_with` (no rate limit: one agent writes a few objects a

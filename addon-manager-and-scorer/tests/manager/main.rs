@@ -1,7 +1,7 @@
 //! The add-on manager against a real apiserver with upstream CRDs: install through
 //! placements, registration and RBAC, CSR approval, the rendered works, the whole loop with
-//! the agent binary on a second apiserver acting as the managed cluster, and progressive
-//! rollout by decision groups. One control plane for the binary; each topic is a module and
+//! the agent binary on a second apiserver acting as the managed cluster, progressive rollout
+//! by decision groups, and a start before the hub answers. One control plane for the binary; each topic is a module and
 //! each test has its own namespaces, clusters and add-on name.
 
 #[path = "../common/mod.rs"]
@@ -12,6 +12,7 @@ mod binary;
 mod install;
 mod registration;
 mod rollout;
+mod startup;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,8 @@
 //! scraping kube-state-metrics series the test serves for a small fleet, and a real apiserver
 //! with the upstream CRDs as the hub: scores equal what the same data says, stale data expires,
 //! a Prometheus outage is reported and recovered from, and the placement core selects by them;
-//! a spoke's series under another cluster's name never become that cluster's scores.
+//! a spoke's series under another cluster's name never become that cluster's scores; started
+//! before its hub, the scorer waits for it.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -10,6 +11,7 @@ mod common;
 mod hostile;
 mod leader;
 mod scores;
+mod startup;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};

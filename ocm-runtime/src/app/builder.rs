@@ -1,7 +1,8 @@
 //! [`App`]: the steps a controller binary takes before its controllers run, in this order:
 //! logging and the stop signal ([`App::start`]), the hub connection ([`App::connect`]), the
-//! binary's metrics ([`App::registry`]), the metrics and health server ([`App::serve`]), then
-//! leader election and the work ([`Running`]).
+//! binary's metrics ([`App::registry`]), the metrics and health server ([`App::serve`]), the
+//! wait for the hub ([`Running::wait_for_hub`]), then leader election and the work
+//! ([`Running`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,6 +47,13 @@ impl App {
             health: Health::new(),
             leader_gauge: true,
         }
+    }
+
+    /// Ends on `shutdown` instead of the signals: for tests.
+    #[cfg(test)]
+    pub(super) fn with_shutdown(mut self, shutdown: Shutdown) -> Self {
+        self.shutdown = shutdown;
+        self
     }
 
     /// Serves `registry` (with metrics the caller registered already) instead of an empty one.
@@ -138,6 +146,11 @@ pub struct Hub {
 impl Hub {
     pub fn config(&self) -> &kube::Config {
         &self.config
+    }
+
+    /// The apiserver's URL, as the configuration names it.
+    pub fn server(&self) -> String {
+        self.config.cluster_url.to_string()
     }
 
     /// The controllers' rate limiter (`None` with `--client-qps=0`).

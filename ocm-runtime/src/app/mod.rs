@@ -1,8 +1,8 @@
 //! One startup path for every binary: the process ([`main`], [`block_on`]), then an [`App`]
 //! that sets up what every controller needs in the same order and the same way (logging, the
 //! stop signal, the metrics registry, the hub connection, `/metrics` + `/healthz` + `/readyz`,
-//! leader election with its gauge), so that each `main.rs` holds only its own flags and its
-//! controllers. The builder composes [`client`](crate::client), [`leader`](crate::leader),
+//! the wait for an unreachable hub, leader election with its gauge), so that each `main.rs`
+//! holds only its own flags and its controllers. The builder composes [`client`](crate::client), [`leader`](crate::leader),
 //! [`metrics`](crate::metrics), [`logging`](crate::logging), [`shutdown`](crate::shutdown) and
 //! [`memory`](crate::memory); it adds no behaviour of its own.
 //!
@@ -21,6 +21,10 @@
 //!     let hub = app.connect(&cli.app.client).await?; // registers the rate limiter's metrics
 //!     // ... register the controller's metrics on app.registry() ...
 //!     let running = app.serve(&cli.app.serve).await?;
+//!     // Up and probed, not ready, until the hub answers; the stop signal ends the wait.
+//!     let Ok(()) = running.wait_for_hub(&hub.unlimited()?, &hub.server()).await else {
+//!         return Ok(());
+//!     };
 //!     let leadership = running.elect(&cli.app.leader, &hub, "my-controller")?;
 //!     let writes = hub.writer(&leadership)?; // refuses writes while this replica does not lead
 //!     let work = async move { let _ = writes; /* the controllers, until running.shutdown() */ };
@@ -34,6 +38,7 @@
 
 mod builder;
 mod elected;
+mod wait;
 
 use std::fmt::Display;
 use std::future::Future;
@@ -43,6 +48,7 @@ use std::process::ExitCode;
 use thiserror::Error;
 
 pub use builder::{App, Hub, Running};
+pub use wait::{Stopped, caused_by_unreachable, error_chain, unreachable};
 
 use crate::{ClientArgs, ClientError, LeaderArgs, LeaderError, LogArgs, LogError, ServeArgs};
 use crate::{ServeError, memory};

@@ -177,3 +177,172 @@ async fn connect_makes_the_flags_rate_limiter_and_serves_its_metrics() {
     }
     let _ = std::fs::remove_file(path);
 }
+
+fn status(code: u16) -> kube::Error {
+    let mut s = kube::core::Status::failure("", "Reason");
+    s.code = code;
+    kube::Error::Api(s.boxed())
+}
+
+/// An error of a start-up step that wraps the client's, as the coexistence check's does.
+#[derive(Debug, thiserror::Error)]
+#[error("reading something: {0}")]
+struct Wrapped(#[source] kube::Error);
+
+/// Only a hub that cannot answer is waited for: a failed connection, 5xx, 429. Any other
+/// answer, a write refused for want of leadership or bad configuration is not.
+#[test]
+fn what_is_waited_for() {
+    for code in [500, 502, 503, 504, 429] {
+        assert!(unreachable(&status(code)), "{code}");
+        assert!(caused_by_unreachable(&Wrapped(status(code))), "{code}");
+    }
+    for code in [400, 401, 403, 404, 409, 410, 422] {
+        assert!(!unreachable(&status(code)), "{code}");
+        assert!(!caused_by_unreachable(&Wrapped(status(code))), "{code}");
+    }
+    let refused = kube::Error::Service(Box::new(crate::leader::NotLeader {
+        method: "PATCH".into(),
+        path: "/x".into(),
+    }));
+    assert!(!unreachable(&refused));
+    let config = kube::Error::InferKubeconfig(kube::config::KubeconfigError::FindPath);
+    assert!(!unreachable(&config));
+    let io = std::io::Error::other("no kube error in here");
+    assert!(!caused_by_unreachable(&io));
+}
+
+/// A loopback port nothing listens on (bound, then closed).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn client_for(server: &str) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(server.parse().unwrap())).unwrap()
+}
+
+/// A refused connection, as the client reports it, is waited for, and the reason names it.
+#[tokio::test]
+async fn a_refused_connection_is_waited_for() {
+    let client = client_for(&format!("http://127.0.0.1:{}", closed_port()));
+    let e = client.apiserver_version().await.unwrap_err();
+    assert!(unreachable(&e), "{e:?}");
+    let text = error_chain(&e);
+    assert!(text.contains("Connection refused"), "{text}");
+}
+
+/// A kubeconfig that does not parse, or names no cluster, is bad input: `connect` fails,
+/// naming the file, before anything is waited for.
+#[tokio::test]
+async fn a_broken_kubeconfig_is_an_error_not_a_wait() {
+    let dir = std::env::temp_dir().join(format!("app-broken-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("garbage.kubeconfig", "clusters: [this is: not: yaml"),
+        (
+            "no-cluster.kubeconfig",
+            "apiVersion: v1\nkind: Config\nclusters: []\nusers: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+        ),
+    ];
+    for (name, text) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let cli = Cli::try_parse_from(["x".to_owned(), format!("--kubeconfig={}", path.display())])
+            .unwrap();
+        let err = App::new("test/0")
+            .connect(&cli.app.client)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{name} was accepted"));
+        assert!(
+            matches!(err, AppError::Client(ClientError::Kubeconfig { .. })),
+            "{name}: {err:?}"
+        );
+        assert!(err.to_string().contains(name), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A stop signal made by the test.
+fn stop_signal() -> (tokio::sync::oneshot::Sender<()>, Shutdown) {
+    use futures::FutureExt;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown: Shutdown = async move {
+        let _ = rx.await;
+    }
+    .boxed()
+    .shared();
+    (tx, shutdown)
+}
+
+/// While the hub cannot be reached the probes answer: alive, not ready, naming the server
+/// and the last error; the stop signal ends the wait at once.
+#[tokio::test]
+async fn the_wait_answers_probes_and_ends_on_the_stop_signal() {
+    let (stop, shutdown) = stop_signal();
+    let running = App::new("test/0")
+        .with_shutdown(shutdown)
+        .serve(&serve_args())
+        .await
+        .unwrap();
+    let running = std::sync::Arc::new(running);
+    let server = format!("http://127.0.0.1:{}/", closed_port());
+    let waiting = {
+        let running = running.clone();
+        let server = server.clone();
+        tokio::spawn(async move {
+            let client = client_for(&server);
+            running.wait_for_hub(&client, &server).await
+        })
+    };
+    let want = format!("waiting for the hub apiserver at {server}: ");
+    let readyz = eventually_contains(&running, "/readyz", "Connection refused").await;
+    assert!(readyz.starts_with("HTTP/1.0 503"), "{readyz}");
+    assert!(readyz.contains(&want), "{readyz}");
+    assert!(get(&running, "/healthz").await.starts_with("HTTP/1.0 200"));
+    stop.send(()).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the wait to end at the stop signal")
+        .unwrap();
+    assert!(matches!(ended, Err(Stopped)), "{ended:?}");
+}
+
+/// Attempts go on while the hub cannot answer and end with its first other answer, which is
+/// returned; readiness goes back to `starting`.
+#[tokio::test(start_paused = true)]
+async fn retries_until_the_hub_answers_then_returns_its_answer() {
+    let (_stop, shutdown) = stop_signal();
+    let running = App::new("test/0")
+        .with_shutdown(shutdown)
+        .serve(&serve_args())
+        .await
+        .unwrap();
+    let mut calls = 0;
+    let answer = running
+        .retry_while_unreachable("https://hub:6443/", || {
+            calls += 1;
+            let result = if calls < 4 {
+                Err(Wrapped(status(503)))
+            } else {
+                Ok(calls)
+            };
+            async move { result }
+        })
+        .await
+        .unwrap();
+    assert_eq!(answer.unwrap(), 4);
+    assert_eq!(running.health().not_ready().as_deref(), Some("starting"));
+    // An answer that is not a blip ends the wait at the first attempt.
+    let mut calls = 0;
+    let answer = running
+        .retry_while_unreachable("https://hub:6443/", || {
+            calls += 1;
+            async { Err::<(), _>(Wrapped(status(404))) }
+        })
+        .await
+        .unwrap();
+    assert!(answer.is_err());
+    assert_eq!(calls, 1);
+}

@@ -448,6 +448,18 @@ impl ControlPlane {
     /// A kubeconfig for the admin (group `system:masters`), or for `user` with `groups` through
     /// impersonation, so that the apiserver authorizes every request as that identity.
     pub fn kubeconfig(&self, identity: Option<(&str, &[&str])>) -> String {
+        self.kubeconfig_at(&self.inner.server, identity)
+    }
+
+    /// The apiserver's loopback address (what [`Self::server`] names).
+    pub fn address(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.inner.port))
+    }
+
+    /// [`Self::kubeconfig`] naming `server` (`https://127.0.0.1:<port>`, where a
+    /// [`crate::forward::Forwarder`] will relay to this apiserver) instead of the apiserver's
+    /// own address: the serving certificate holds for any port of 127.0.0.1.
+    pub fn kubeconfig_at(&self, server: &str, identity: Option<(&str, &[&str])>) -> String {
         let impersonation = match identity {
             Some((user, groups)) => {
                 let groups: Vec<String> = groups.iter().map(|g| format!("{g:?}")).collect();
@@ -457,7 +469,6 @@ impl ControlPlane {
         };
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {server}\n    certificate-authority: {ca:?}\nusers:\n- name: testenv\n  user:\n    token: {token}\n{impersonation}contexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: testenv\n    namespace: default\ncurrent-context: testenv\n",
-            server = self.inner.server,
             ca = self.inner.ca_file.display().to_string(),
             token = self.inner.admin_token,
         )

@@ -20,6 +20,7 @@
 pub mod apply;
 pub mod build;
 pub mod crds;
+pub mod forward;
 pub mod harness;
 pub mod helm;
 pub mod http;
