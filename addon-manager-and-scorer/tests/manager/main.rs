@@ -9,6 +9,7 @@ mod common;
 
 mod agent;
 mod binary;
+mod config_refs;
 mod install;
 mod registration;
 mod rollout;
@@ -413,6 +414,64 @@ fn registration_agent(cluster: &str) -> (String, Vec<String>) {
             "system:open-cluster-management:managed-clusters".into(),
         ],
     )
+}
+
+/// What OCM's registration controller gives the klusterlet of `cluster` on the hub, in the
+/// cluster namespace (ocm `pkg/registration/hub/manifests/rbac/`:
+/// `managedcluster-registration-clusterrole.yaml` and `managedcluster-work-clusterrole.yaml`,
+/// bound by `managedcluster-registration-rolebinding.yaml` and
+/// `managedcluster-work-rolebinding.yaml` to the cluster's group): read its add-ons and write
+/// their status (not their spec), read and write its ManifestWorks, its Leases, Events.
+async fn apply_klusterlet_rbac(client: &Client, cluster: &str) {
+    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| json!({"apiGroups": groups, "resources": resources, "verbs": verbs});
+    let registration = "open-cluster-management:managedcluster:registration";
+    let work = "open-cluster-management:managedcluster:work";
+    let roles = [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": registration},
+        "rules": [
+            rule(&["coordination.k8s.io"], &["leases"], &["get", "list", "watch", "update"]),
+            rule(&["addon.open-cluster-management.io"], &["managedclusteraddons"], &["get", "list", "watch"]),
+            rule(&["addon.open-cluster-management.io"], &["managedclusteraddons/status"], &["patch", "update"]),
+            rule(&["events.k8s.io"], &["events"], &["list", "watch", "create"]),
+        ]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": work},
+        "rules": [
+            rule(&["", "events.k8s.io"], &["events"], &["create", "patch", "update"]),
+            rule(&["work.open-cluster-management.io"], &["manifestworks"],
+                 &["get", "list", "watch", "update", "patch", "delete"]),
+            rule(&["work.open-cluster-management.io"], &["manifestworks/status"], &["patch", "update"]),
+        ]}),
+    ];
+    let group = |name: String| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name});
+    let binding = |role: &str, what: &str, subjects: Value| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": format!("open-cluster-management:managedcluster:{cluster}:{what}"),
+                            "namespace": cluster},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+               "subjects": subjects})
+    };
+    let bindings = [
+        binding(
+            registration,
+            "registration",
+            json!([
+                group(format!("system:open-cluster-management:{cluster}")),
+                group(format!("open-cluster-management:{cluster}"))
+            ]),
+        ),
+        binding(
+            work,
+            "work",
+            json!([group(format!("system:open-cluster-management:{cluster}"))]),
+        ),
+    ];
+    for o in roles.iter().chain(&bindings) {
+        testenv::apply(client, o, cluster)
+            .await
+            .expect("the klusterlet's RBAC");
+    }
 }
 
 async fn request_csr(

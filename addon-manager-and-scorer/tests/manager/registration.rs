@@ -118,31 +118,6 @@ async fn approves_only_the_agents_exact_csr_and_the_identity_writes_only_its_sco
     );
 }
 
-/// What OCM gives the klusterlet's registration agent of `cluster` on its add-ons (upstream's
-/// registration Role in the cluster namespace): read them, write their status.
-async fn allow_mca_status(client: &Client, cluster: &str) {
-    let name = format!("registration-{cluster}");
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": name, "namespace": cluster},
-        "rules": [
-            {"apiGroups": ["addon.open-cluster-management.io"], "resources": ["managedclusteraddons"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["addon.open-cluster-management.io"], "resources": ["managedclusteraddons/status"], "verbs": ["patch", "update"]}
-        ]
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": name, "namespace": cluster},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": registration_agent(cluster).1[0]}]
-    });
-    for o in [role, binding] {
-        testenv::apply(client, &o, cluster)
-            .await
-            .expect("registration RBAC");
-    }
-}
-
 #[tokio::test]
 async fn a_subject_the_spoke_writes_reaches_a_rolebinding_only_if_it_is_its_agent() {
     let cp = testenv::shared().await;
@@ -153,7 +128,7 @@ async fn a_subject_the_spoke_writes_reaches_a_rolebinding_only_if_it_is_its_agen
     let c2 = cluster(&admin, "subject-cluster").await;
     create_cma(&admin, addon, json!({"type": "Manual"})).await;
     create_mca(&admin, &c1, addon).await;
-    allow_mca_status(&admin, &c1).await;
+    apply_klusterlet_rbac(&admin, &c1).await;
     let _m = start(cp, settings(addon));
     let bindings = Api::<RoleBinding>::namespaced(admin.clone(), &c1);
     let name = format!("open-cluster-management:{addon}:agent");

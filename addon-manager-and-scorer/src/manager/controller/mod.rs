@@ -104,10 +104,14 @@ pub struct Metrics {
     pub writes: Family<ActionLabels, Counter>,
     pub write_errors: Family<ActionLabels, Counter>,
     pub watch_errors: Family<KindLabels, Counter>,
+    /// ManagedClusterAddOns whose `configReferences` named a config the hub does not assign
+    /// to their cluster (each refused reference once).
+    pub config_refusals: Counter,
     /// ManagedClusterAddOns of this add-on.
     pub addons: Gauge,
     /// Entries in the per-object maps kept between passes (`renders`, `csr_requests`,
-    /// `csr_refusals`): they follow the objects on the hub.
+    /// `csr_refusals`, `config_refusals`, `deployed_configs`): they follow the objects on the
+    /// hub.
     pub cache_entries: Family<CacheLabels, Gauge>,
 }
 
@@ -119,6 +123,7 @@ impl Metrics {
             writes: Family::default(),
             write_errors: Family::default(),
             watch_errors: Family::default(),
+            config_refusals: Counter::default(),
             addons: Gauge::default(),
             cache_entries: Family::default(),
         };
@@ -139,6 +144,12 @@ impl Metrics {
             "watch_errors",
             "Watch failures by kind (the watch retries with backoff)",
             m.watch_errors.clone(),
+        );
+        r.register(
+            "config_references_refused",
+            "Add-ons whose configReferences named a config the hub does not assign to their \
+             cluster (not deployed; each refused reference counted once)",
+            m.config_refusals.clone(),
         );
         r.register(
             "managed_cluster_addons",
@@ -216,6 +227,8 @@ pub async fn run(
     tracing::info!(addon = %settings.addon, image = %settings.template.image, "add-on manager starting");
 
     let mut errors: BTreeMap<(String, Step), String> = BTreeMap::new();
+    // The config each cluster's `configReferences` named when a pass last deployed it.
+    let mut deployed_configs: BTreeMap<String, (ConfigKey, String)> = BTreeMap::new();
     let mut renders = plan::Renders::default();
     let mut failures: u32 = 0;
     let mut refusals = Reporter::new(client.clone(), MANAGER);
@@ -238,17 +251,34 @@ pub async fn run(
             continue;
         }
         let started = std::time::Instant::now();
-        let snap = snapshot(&stores, settings, &errors, jiff::Timestamp::now());
+        let snap = snapshot(
+            &stores,
+            settings,
+            &errors,
+            &deployed_configs,
+            jiff::Timestamp::now(),
+        );
         handle.metrics.addons.set(snap.mcas.len() as i64);
         let planned = plan::plan_with(settings, &snap, &mut renders);
         for w in &planned.warnings {
             tracing::warn!("{w}");
         }
         refusals.report(&planned.refused_csrs).await;
+        refusals
+            .report_configs(&planned.refused_configs, &handle.metrics.config_refusals)
+            .await;
+        deployed_configs.retain(|c, _| snap.mcas.contains_key(c));
+        deployed_configs.extend(planned.deployed_configs.clone());
         let (rendered, requests) = renders.sizes();
         handle.metrics.cache("renders", rendered);
         handle.metrics.cache("csr_requests", requests);
         handle.metrics.cache("csr_refusals", refusals.len());
+        handle
+            .metrics
+            .cache("config_refusals", refusals.configs_len());
+        handle
+            .metrics
+            .cache("deployed_configs", deployed_configs.len());
         // A failure is reported until the write succeeds or is no longer needed.
         let before = errors.len();
         errors.retain(|(c, s), _| {

@@ -1,18 +1,23 @@
-//! Publishes the planner's CSR refusals: a log line and a Warning event, once per CSR and
-//! reason (the pure parts, which refusals are news and the event, are in
-//! `registration::csr`).
+//! Publishes the planner's refusals: a log line and a Warning event, once per CSR and reason,
+//! and once per add-on and refused config reference (the pure parts, which refusals are news
+//! and the events, are in `registration::csr` and `plan`).
 
 use k8s_openapi::api::events::v1::Event;
+use prometheus_client::metrics::counter::Counter;
 
+use crate::manager::plan::{RefusedConfig, ReportedConfigs, config_refusal_event};
 use crate::manager::registration::csr::{EVENT_NAMESPACE, RefusedCsr, Reported, refusal_event};
 
-/// Logs each refusal and publishes it as an event, once per CSR and reason.
+/// Logs each refusal and publishes it as an event, once per CSR and reason, and once per
+/// add-on and refused config reference.
 pub struct Reporter {
+    client: kube::Client,
     events: kube::Api<Event>,
     controller: String,
     /// `reportingInstance`: the pod (or host) name.
     instance: String,
     reported: Reported,
+    reported_configs: ReportedConfigs,
 }
 
 impl Reporter {
@@ -21,10 +26,12 @@ impl Reporter {
             .or_else(|_| std::env::var("HOSTNAME"))
             .unwrap_or_else(|_| controller.to_owned());
         Self {
-            events: kube::Api::namespaced(client, EVENT_NAMESPACE),
+            events: kube::Api::namespaced(client.clone(), EVENT_NAMESPACE),
+            client,
             controller: controller.to_owned(),
             instance,
             reported: Reported::default(),
+            reported_configs: ReportedConfigs::default(),
         }
     }
 
@@ -35,6 +42,11 @@ impl Reporter {
 
     pub fn is_empty(&self) -> bool {
         self.reported.is_empty()
+    }
+
+    /// Add-ons whose refused config reference is remembered (the `config_refusals` cache).
+    pub fn configs_len(&self) -> usize {
+        self.reported_configs.len()
     }
 
     /// Reports the refusals of one pass that were not reported yet. An event that cannot be
@@ -54,6 +66,31 @@ impl Reporter {
                 .await
             {
                 tracing::warn!(csr = %r.name, error = %e, "publishing the refusal event failed");
+            }
+        }
+    }
+
+    /// Reports the config references of one pass refused and not reported yet: a log line, a
+    /// Warning event regarding the add-on (not retried when it cannot be published) and
+    /// `counter`.
+    pub async fn report_configs(&mut self, refused: &[RefusedConfig], counter: &Counter) {
+        for r in self.reported_configs.fresh(refused) {
+            counter.inc();
+            tracing::warn!(
+                cluster = %r.cluster,
+                addon = %r.addon,
+                reason = r.refusal.reason(),
+                "not deploying the config the add-on's status names: {}",
+                r.refusal
+            );
+            let event =
+                config_refusal_event(r, &self.controller, &self.instance, jiff::Timestamp::now());
+            let events: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &r.cluster);
+            if let Err(e) = events
+                .create(&kube::api::PostParams::default(), &event)
+                .await
+            {
+                tracing::warn!(cluster = %r.cluster, error = %e, "publishing the refusal event failed");
             }
         }
     }

@@ -112,6 +112,7 @@ pub(super) fn snapshot(
     stores: &Stores,
     settings: &Settings,
     errors: &BTreeMap<(String, Step), String>,
+    deployed_configs: &BTreeMap<String, (ConfigKey, String)>,
     now: jiff::Timestamp,
 ) -> Snapshot {
     let configs = stores
@@ -161,6 +162,7 @@ pub(super) fn snapshot(
         bindings: by_namespace(&stores.bindings, &permission),
         csrs: stores.csrs.state(),
         errors: errors.clone(),
+        deployed_configs: deployed_configs.clone(),
         // Whole seconds: the API server keeps condition times to the second, and a pass over
         // an unchanged hub must compare equal to what it wrote.
         // The pass's time, whole seconds (as conditions store it): the planner reads no clock.

@@ -3,6 +3,7 @@
 
 use ocm_api::addon::v1alpha1::Subject;
 
+use super::config_ref;
 use super::work::work_current;
 use super::*;
 
@@ -22,15 +23,22 @@ pub(super) struct Cluster<'a> {
     pub(super) up_to_date: bool,
     pub(super) status: ManagedClusterAddOnStatus,
     pub(super) rollout: ClusterStatus,
+    /// Why the config the `configReferences` name is not deployed (the work stays as it is).
+    pub(super) held: Option<ConfigRefusal>,
+    /// The config (and spec hash) deployed from the `configReferences`, under OCM's
+    /// addon-manager.
+    pub(super) deployed: Option<(ConfigKey, String)>,
 }
 
 /// What every cluster's assessment reads.
-pub(super) struct Inputs<'a> {
+pub(super) struct Inputs<'a, 'p> {
     pub(super) settings: &'a Settings,
     pub(super) snap: &'a Snapshot,
     pub(super) cma: Option<&'a ClusterManagementAddOn>,
     /// This manager installs (`self` lifecycle).
     pub(super) installs: bool,
+    /// Cluster → the install-strategy placement whose config it gets.
+    pub(super) config_placements: &'p BTreeMap<String, usize>,
     pub(super) now: Timestamp,
 }
 
@@ -50,7 +58,7 @@ fn adc_group_resource() -> ConfigGroupResource {
 }
 
 pub(super) fn assess<'a>(
-    inputs: &Inputs<'a>,
+    inputs: &Inputs<'a, '_>,
     name: &'a str,
     mca: &'a ManagedClusterAddOn,
     placement: Option<usize>,
@@ -60,8 +68,15 @@ pub(super) fn assess<'a>(
     let mut status = mca.status.clone().unwrap_or_default();
     let token_subject = registration_status(settings, name, &mut status);
 
-    let (config, pending) = chosen_config(inputs, mca, placement, &status);
-    let (spec, config_hash, configured) = configured(snap, config.as_ref(), pending);
+    let (config, pending, held) = match chosen_config(inputs, name, mca, placement, &status) {
+        Chosen::Use(config) => (config, false, None),
+        Chosen::Pending => (None, true, None),
+        Chosen::Held(refusal) => (None, false, Some(refusal)),
+    };
+    let (spec, config_hash, configured) = match &held {
+        Some(refusal) => (Err(refusal.to_string()), None, None),
+        None => configured(snap, config.as_ref(), pending),
+    };
     if let (true, Some((s, r, m))) = (inputs.installs, configured) {
         conditions::set(
             &mut status.conditions,
@@ -72,10 +87,31 @@ pub(super) fn assess<'a>(
             inputs.now,
         );
     }
+    match &held {
+        Some(refusal) => conditions::set(
+            &mut status.conditions,
+            CONFIG_REFERENCE_ACCEPTED,
+            "False",
+            refusal.reason(),
+            &refusal.to_string(),
+            inputs.now,
+        ),
+        None => status
+            .conditions
+            .retain(|c| c.type_ != CONFIG_REFERENCE_ACCEPTED),
+    }
     let adc = spec.as_ref().ok().copied().flatten();
     let adc_owned = adc.cloned();
-    status.namespace = render::install_namespace(&settings.template, adc);
+    if held.is_none() {
+        // (While a reference is held, the agent keeps running where it runs.)
+        status.namespace = render::install_namespace(&settings.template, adc);
+    }
     let rendered = spec.and_then(|s| renders.get(&settings.template, name, s));
+    // Under OCM's addon-manager: the config this pass deploys from the cluster's reference.
+    let deployed = config
+        .clone()
+        .zip(config_hash.clone())
+        .filter(|_| !inputs.installs && rendered.is_ok());
 
     let work = snap.works.get(name).map(|w| w.as_ref());
     let up_to_date = match (work, rendered.as_ref()) {
@@ -107,6 +143,8 @@ pub(super) fn assess<'a>(
         up_to_date,
         status,
         rollout,
+        held,
+        deployed,
     }
 }
 
@@ -137,34 +175,56 @@ fn registration_status(
     token_subject
 }
 
-/// The config, and whether it is still pending: chosen here when this manager installs;
-/// otherwise the one OCM's addon-manager put in `configReferences` (deployed once it has a
-/// spec hash).
+/// What a cluster deploys.
+enum Chosen {
+    /// This config (none: the agent's defaults).
+    Use(Option<ConfigKey>),
+    /// Not yet known: OCM's addon-manager has not hashed the config it named.
+    Pending,
+    /// The config the `configReferences` name is not deployed (the work stays as it is).
+    Held(ConfigRefusal),
+}
+
+/// The config: chosen here when this manager installs; otherwise the one OCM's addon-manager
+/// put in `configReferences` (deployed once it has a spec hash), if it is one the hub assigns
+/// to the cluster ([`config_ref`]: the spoke may write that status too).
 fn chosen_config(
-    inputs: &Inputs<'_>,
+    inputs: &Inputs<'_, '_>,
+    name: &str,
     mca: &ManagedClusterAddOn,
     placement: Option<usize>,
     status: &ManagedClusterAddOnStatus,
-) -> (Option<ConfigKey>, bool) {
+) -> Chosen {
     if inputs.installs {
-        return (install::cluster_config(inputs.cma, placement, mca), false);
+        return Chosen::Use(install::cluster_config(inputs.cma, placement, mca));
     }
     let adc_gr = adc_group_resource();
     let desired = status
         .config_references
         .iter()
         .find(|r| r.config_group_resource == adc_gr)
-        .map(|r| r.desired_config.clone());
+        .map(|r| r.desired_config.as_ref());
     match desired {
-        None => (None, false),
-        Some(None) => (None, true),
-        Some(Some(d)) => (
-            Some(ConfigKey {
+        None => Chosen::Use(None),
+        Some(None) => Chosen::Pending,
+        Some(Some(d)) if d.spec_hash.is_empty() => Chosen::Pending,
+        Some(Some(d)) => {
+            let named = ConfigKey {
                 namespace: d.config_referent.namespace.clone(),
                 name: d.config_referent.name.clone(),
-            }),
-            d.spec_hash.is_empty(),
-        ),
+            };
+            let assignment = config_ref::Assignment {
+                snap: inputs.snap,
+                cma: inputs.cma,
+                placement: inputs.config_placements.get(name).copied(),
+                cluster: name,
+                mca,
+            };
+            match assignment.check(&named, &d.spec_hash) {
+                Ok(()) => Chosen::Use(Some(named)),
+                Err(refusal) => Chosen::Held(refusal),
+            }
+        }
     }
 }
 
@@ -204,7 +264,7 @@ fn configured<'s>(snap: &'s Snapshot, config: Option<&ConfigKey>, pending: bool)
 /// and, in Work mode, is Available. A rollout of an image that does not start stops at the
 /// first group instead of sweeping the fleet.
 fn rollout_status(
-    inputs: &Inputs<'_>,
+    inputs: &Inputs<'_, '_>,
     name: &str,
     rendered: &Result<Arc<Rendered>, String>,
     current: Option<&ManifestWork>,

@@ -37,6 +37,7 @@ pub use super::render::RENDERING_HASH;
 
 mod assess;
 mod cma;
+mod config_ref;
 pub mod install;
 mod pass;
 mod renders;
@@ -47,6 +48,10 @@ mod writes;
 
 use super::registration::csr::RefusedCsr;
 use assess::Cluster;
+pub use config_ref::{
+    CONFIG_REFERENCE_ACCEPTED, CONFIG_REFERENCE_REFUSED, CONFIG_SPEC_HASH_MISMATCH, ConfigRefusal,
+    RefusedConfig, ReportedConfigs, config_refusal_event,
+};
 use install::{ADC_RESOURCE, ConfigKey};
 pub use renders::Renders;
 pub use work::{OBSERVED_SPEC_HASH, slim_work};
@@ -134,6 +139,11 @@ pub struct Snapshot {
     pub csrs: Vec<Arc<CertificateSigningRequest>>,
     /// The last failed write per cluster and step.
     pub errors: BTreeMap<(String, Step), String>,
+    /// Per cluster, the config (and its spec hash) that its `configReferences` named when this
+    /// process last deployed it under OCM's addon-manager ([`Plan::deployed_configs`], kept by
+    /// the controller): while the addon-manager moves the cluster to another config, the
+    /// reference still naming this one, with that spec, is no refusal.
+    pub deployed_configs: BTreeMap<String, (ConfigKey, String)>,
     /// The pass's time (conditions' transition times, rollout deadlines): the controller's
     /// clock when it took the snapshot.
     pub now: Timestamp,
@@ -223,6 +233,12 @@ pub struct Plan {
     pub warnings: Vec<String>,
     /// This add-on's CSRs left unapproved, and why (reported once each by the controller).
     pub refused_csrs: Vec<RefusedCsr>,
+    /// Add-ons whose `configReferences` name a config the hub does not assign to their
+    /// cluster (reported once each by the controller).
+    pub refused_configs: Vec<RefusedConfig>,
+    /// Per cluster, the config its `configReferences` name that this pass deployed, with its
+    /// spec hash (the controller keeps them as [`Snapshot::deployed_configs`]).
+    pub deployed_configs: BTreeMap<String, (ConfigKey, String)>,
 }
 
 /// Plans one pass (without renderings from earlier passes).

@@ -36,6 +36,9 @@ pub(super) struct Pass<'a> {
     pub(super) decisions: Vec<&'a PlacementDecision>,
     /// Cluster → index of the placement that installs the add-on there.
     pub(super) selected: BTreeMap<String, usize>,
+    /// Cluster → index of the placement whose config it gets (also when OCM's addon-manager
+    /// installs: what a `configReferences` entry is checked against).
+    pub(super) config_placements: BTreeMap<String, usize>,
     /// The install strategy's placements (none unless this manager installs by placements).
     pub(super) placements: &'a [PlacementStrategy],
     /// Per placement: scheduled, or why its decisions are not trusted.
@@ -60,9 +63,15 @@ impl<'a> Pass<'a> {
         });
         let decisions: Vec<&PlacementDecision> =
             snap.decisions.iter().map(|d| d.as_ref()).collect();
-        let selected = match cma {
-            Some(c) if installs => install::selected(c, &decisions),
-            _ => BTreeMap::new(),
+        // The placement whose config each cluster gets, whoever configures (OCM's
+        // addon-manager resolves it the same way): the last one whose decisions hold it.
+        let config_placements = cma
+            .map(|c| install::selected(c, &decisions))
+            .unwrap_or_default();
+        let selected = if installs {
+            config_placements.clone()
+        } else {
+            BTreeMap::new()
         };
         let placements: &[PlacementStrategy] = match cma {
             Some(c) if installs && c.spec.install_strategy.type_ == install::PLACEMENTS => {
@@ -98,6 +107,7 @@ impl<'a> Pass<'a> {
             installs,
             decisions,
             selected,
+            config_placements,
             placements,
             scheduling,
             hold,
@@ -166,6 +176,7 @@ impl<'a> Pass<'a> {
                 snap,
                 cma: self.cma,
                 installs: self.installs,
+                config_placements: &self.config_placements,
                 now: self.now,
             };
             let placement = self.selected.get(name).copied();

@@ -16,6 +16,7 @@ impl<'a> Pass<'a> {
         allowed: &BTreeSet<&str>,
         out: &mut Plan,
     ) -> Option<Action> {
+        self.report_config(&mut c, out);
         let owner = mca_owner(c.mca)?;
         self.permission(&mut c, &owner, out);
         self.work(&mut c, &owner, allowed, out);
@@ -25,6 +26,27 @@ impl<'a> Pass<'a> {
             resource_version: c.mca.metadata.resource_version.clone(),
             status: Box::new(c.status),
         })
+    }
+
+    /// The config deployed from the cluster's `configReferences` (kept by the controller), or
+    /// the reference refused because the hub does not assign that config to the cluster.
+    fn report_config(&self, c: &mut Cluster<'a>, out: &mut Plan) {
+        if let Some(d) = c.deployed.take() {
+            out.deployed_configs.insert(c.name.to_owned(), d);
+        }
+        if let Some(refusal @ ConfigRefusal::NotAssigned { .. }) = &c.held {
+            out.refused_configs.push(RefusedConfig {
+                cluster: c.name.to_owned(),
+                addon: c.mca.metadata.name.clone().unwrap_or_default(),
+                uid: c
+                    .mca
+                    .metadata
+                    .uid
+                    .clone()
+                    .unwrap_or_else(|| c.name.to_owned()),
+                refusal: refusal.clone(),
+            });
+        }
     }
 
     /// Hub permission: the agent ClusterRole bound to the identity this cluster's agent really
@@ -111,6 +133,12 @@ impl<'a> Pass<'a> {
     ) {
         let rendered = match &c.rendered {
             Ok(rendered) => Arc::clone(rendered),
+            // A config reference not deployed: the work stays as it is (the agent keeps the
+            // config it was given), and says how it stands.
+            Err(_) if c.held.is_some() => {
+                self.manifest_applied(c);
+                return;
+            }
             Err(e) => {
                 let m = format!("failed to render the agent: {e}");
                 self.set_manifest_applied_failed(c, &m);

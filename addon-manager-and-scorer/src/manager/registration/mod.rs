@@ -88,7 +88,7 @@ pub enum PermissionError {
 
 /// A spoke-written string for a message: quoted and escaped (a newline stays `\n`), at most
 /// 100 characters of it.
-fn shown(s: &str) -> String {
+pub(crate) fn shown(s: &str) -> String {
     let cut: String = s.chars().take(100).collect();
     if cut.len() < s.len() {
         format!("{cut:?}...")

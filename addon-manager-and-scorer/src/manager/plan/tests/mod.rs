@@ -147,6 +147,7 @@ fn kinds(actions: &[Action]) -> Vec<(&'static str, Option<&str>)> {
     actions.iter().map(|a| (a.kind(), a.cluster())).collect()
 }
 
+mod config_refs;
 mod install;
 mod review;
 mod status;

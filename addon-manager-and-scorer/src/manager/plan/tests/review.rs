@@ -235,8 +235,13 @@ fn under_the_addon_manager_it_deploys_the_configs_it_is_given() {
         agent_install_namespace: "tuned-ns".into(),
         ..Default::default()
     };
+    // (The hub assigns it: the config of the placement whose decisions hold c1.)
+    let strategy = json!({"type": "Placements", "placements": [{"namespace": "p", "name": "fleet",
+        "rolloutStrategy": {"type": "All"},
+        "configs": [{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
+                     "namespace": "hub", "name": "tuned"}]}]});
     let mut snap = Snapshot {
-        cma: Some(cma(placements(json!({"type": "All"})), json!({}))),
+        cma: Some(cma(strategy, json!({}))),
         mcas: BTreeMap::from([("c1".to_owned(), Arc::new(m))]),
         decisions: vec![decision("d1", None, &["c1", "c2"])],
         clusters: managed(&["c1", "c2"]),
