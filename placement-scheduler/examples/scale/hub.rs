@@ -168,11 +168,27 @@ impl Hub {
         concurrency: usize,
         spec: impl Fn(usize) -> Value,
     ) -> Result<()> {
+        self.create_placements_annotated(m, concurrency, &BTreeMap::new(), spec)
+            .await
+    }
+
+    /// [`Hub::create_placements`], each placement with `annotations` (none: no annotations).
+    pub(crate) async fn create_placements_annotated(
+        &self,
+        m: usize,
+        concurrency: usize,
+        annotations: &BTreeMap<String, String>,
+        spec: impl Fn(usize) -> Value,
+    ) -> Result<()> {
         let api: Api<Placement> = Api::namespaced(self.client.clone(), &self.ns);
         futures::stream::iter(0..m)
             .map(|i| {
+                let mut metadata = json!({"name": placement_name(i), "namespace": self.ns});
+                if !annotations.is_empty() {
+                    metadata["annotations"] = json!(annotations);
+                }
                 let p: Result<Placement, _> = serde_json::from_value(json!({
-                    "metadata": {"name": placement_name(i), "namespace": self.ns},
+                    "metadata": metadata,
                     "spec": spec(i),
                 }));
                 let api = api.clone();

@@ -32,13 +32,21 @@
 //!     --scenario react --out react.md
 //! # one shape: --scenario moves|burst --clusters N --placements M; a prebuilt controller:
 //! # --controller-bin /work/bench/base/placement-scheduler (e.g. the "before" binary).
+//! # Flap: 30 clusters whose scores wander (true value + uniform noise ±15, a
+//! # step every 2 s, 60 steps, seed 1), 50 placements of 3 in Additive and in Exact mode:
+//! # decision changes per placement per 100 steps and regret; ours without and with a
+//! # stability annotation, then upstream (flap.rs):
+//! cargo run --release -p placement-scheduler --example scale -- --controller both \
+//!     --scenario flap --stability '{"minScoreGain": 30}' --out flap.md
+//! # knobs: --clusters --placements --steps --step-interval --noise --seed --flap-mode
 //! ```
 //!
 //! placement-scheduler/examples/scale/: this file holds the flags and runs the scenarios; `hub.rs` the
 //! control plane and the fleet, `controller.rs` the controller's binary and process,
 //! `upstream.rs` upstream's (its flags, its HTTPS metrics), `measure.rs` what is read and what
 //! changed between two points, one file per scenario (`throughput.rs`, `reaction.rs`,
-//! `moves.rs`: issue 22's moves and burst) and `report.rs`. What every harness needs (ports,
+//! `moves.rs`: issue 22's moves and burst, `flap.rs`: issue 31's wandering scores) and
+//! `report.rs`. What every harness needs (ports,
 //! builds, processes, retries, polls, /metrics, /proc) is in `testenv`.
 //!
 //! The harness builds the controller binary itself (`cargo build -p placement-scheduler --bin
@@ -78,6 +86,7 @@ use testenv::procfs;
 use testenv::scrape::{self, Sample};
 
 mod controller;
+mod flap;
 mod hub;
 mod measure;
 mod moves;
@@ -87,6 +96,7 @@ mod throughput;
 mod upstream;
 
 use controller::*;
+use flap::FlapMode;
 use hub::*;
 use measure::*;
 use reaction::*;
@@ -195,6 +205,30 @@ struct Args {
     /// Burst: score writes in the burst (over every cluster, as fast as the harness can).
     #[arg(long, default_value_t = 1000)]
     burst_writes: usize,
+    /// Flap: steps; each rewrites every cluster's score.
+    #[arg(long, default_value_t = 60)]
+    steps: usize,
+    /// Flap: the time between steps.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    step_interval: Duration,
+    /// Flap: the noise's amplitude A (a score is its true value + uniform noise in [-A, A]).
+    #[arg(long, default_value_t = 15)]
+    noise: i64,
+    /// Flap: the seed of the true values' order and of the noise.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Flap: also run ours with this stability annotation
+    /// (`scheduling.ocm-placement.io/stability`, JSON, e.g. '{"minScoreGain": 30}') on every
+    /// placement, beside ours without it.
+    #[arg(long)]
+    stability: Option<String>,
+    /// Flap: the placements' prioritizer policy (both: Additive, then Exact).
+    #[arg(long, value_enum, default_value_t = FlapMode::Both)]
+    flap_mode: FlapMode,
+    /// Flap: after the last step, "settled" is when no placement's set of clusters has
+    /// changed for this long.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    flap_quiet: Duration,
     /// Where the kubeconfig and the controller's logs go (default: a new directory under
     /// $TMPDIR; kept, so that the logs can be read after a run).
     #[arg(long)]
@@ -216,6 +250,9 @@ enum Scenario {
     Burst,
     /// Issue 22's table: moves at 100x1, 2,000x1 and 2,000x100, then the burst at 1,000x100.
     React,
+    /// N clusters (default 30) whose scores wander around fixed true values, M placements
+    /// (default 50) of 3: decision changes and regret, Additive and Exact (see `flap.rs`).
+    Flap,
 }
 
 /// The controllers a run measures.
@@ -370,6 +407,31 @@ async fn run(args: &Args) -> Result<()> {
                 }
             }
             sections.push(moves::section(&reactions));
+        }
+        Scenario::Flap => {
+            if let Some(st) = &args.stability {
+                match serde_json::from_str::<Value>(st) {
+                    Ok(Value::Object(_)) => {}
+                    _ => return Err(format!("--stability {st:?}: not a JSON object").into()),
+                }
+            }
+            let plan = flap::Plan::new(
+                args.clusters.unwrap_or(30),
+                args.steps,
+                args.noise,
+                args.seed,
+            );
+            let mut results = Vec::new();
+            for &mode in args.flap_mode.modes() {
+                for &kind in kinds {
+                    results.push(flap::run(&env, &plan, kind, mode, None).await?);
+                    if kind == Kind::Ours && args.stability.is_some() {
+                        let st = args.stability.as_deref();
+                        results.push(flap::run(&env, &plan, kind, mode, st).await?);
+                    }
+                }
+            }
+            sections.push(flap::section(&plan, args, &results));
         }
     }
     if !throughputs.is_empty() {

@@ -225,7 +225,7 @@ pub async fn run(
 }
 
 /// Waits until the apiserver has counted no write (OCM and event APIs) for `quiet`.
-async fn wait_quiet(hub: &Hub, quiet: Duration, limit: Duration) -> Result<()> {
+pub(crate) async fn wait_quiet(hub: &Hub, quiet: Duration, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     let writes = async || -> Result<f64> {
         Ok(crate::measure::api_writes(

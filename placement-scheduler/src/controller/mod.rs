@@ -227,6 +227,8 @@ struct Ctx {
     /// Placements queued by a Balance wave or a resync (and by no event since): the moves
     /// their passes make do not start a Balance wave, so that waves converge.
     quiet: Mutex<HashSet<Key>>,
+    /// Passes of placements that use Balance run one at a time (see `pass::process`).
+    balance_turn: tokio::sync::Mutex<()>,
     handle: Handle,
     queue: Queue,
     writer: Writer,
@@ -393,6 +395,7 @@ pub async fn run(
         inputs: AtomicU64::new(0),
         marks: Mutex::new(HashMap::new()),
         quiet: Mutex::new(HashSet::new()),
+        balance_turn: tokio::sync::Mutex::new(()),
         handle,
         queue,
         writer,

@@ -77,6 +77,18 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         );
         return;
     }
+    // Balance scores a cluster by the other placements' decisions. Passes that run at once
+    // read them from the same snapshot: placements woken by one event (a score every one of
+    // them reads) all see the same counts, move together onto the same least-used clusters
+    // and back at the next event. Upstream runs one worker, so each pass sees the decisions
+    // of the passes before it. Here too: a Balance user's pass waits its turn and takes its
+    // snapshot after the previous one's decisions were written through; the others stay
+    // parallel.
+    let balance_turn = if ctx.handle.state.read().index.uses_balance(key) {
+        Some(ctx.balance_turn.lock().await)
+    } else {
+        None
+    };
     let quiet = lock(&ctx.quiet).remove(key);
     // Read before the snapshot: a change after this makes the mark older than the store.
     let inputs = ctx.inputs.load(Ordering::SeqCst);
@@ -141,6 +153,8 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         .writer
         .apply(&ctx.handle.state, &placement, &outcome, versions)
         .await;
+    // The decisions are written through: the next Balance user's snapshot holds them.
+    drop(balance_turn);
     // Decisions written through the cache may have moved other placements' Balance. The flag
     // the writer left is not ours to read (another worker's writes may have set it): this
     // pass's own move is what the outcome changed.
