@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// The longest a Balance user's pass waits for the previous one's writes (see `process`).
+const BALANCE_TURN_WAIT: Duration = Duration::from_secs(1);
+
 /// Times the core's steps for the plugin duration metric.
 struct Stopwatch<'a> {
     last: std::time::Instant,
@@ -83,9 +86,13 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     // and back at the next event. Upstream runs one worker, so each pass sees the decisions
     // of the passes before it. Here too: a Balance user's pass waits its turn and takes its
     // snapshot after the previous one's decisions were written through; the others stay
-    // parallel.
+    // parallel. The wait is bounded: a pass that holds the turn for long (an expensive
+    // celSelector) must not stall every other Balance user, so after BALANCE_TURN_WAIT a pass
+    // goes ahead without it.
     let balance_turn = if ctx.handle.state.read().index.uses_balance(key) {
-        Some(ctx.balance_turn.lock().await)
+        tokio::time::timeout(BALANCE_TURN_WAIT, ctx.balance_turn.lock())
+            .await
+            .ok()
     } else {
         None
     };
