@@ -45,7 +45,7 @@
 //! control plane and the fleet, `controller.rs` the controller's binary and process,
 //! `upstream.rs` upstream's (its flags, its HTTPS metrics), `measure.rs` what is read and what
 //! changed between two points, one file per scenario (`throughput.rs`, `reaction.rs`,
-//! `moves.rs`: issue 22's moves and burst, `flap.rs`: issue 31's wandering scores) and
+//! `moves.rs`: issue 22's moves and burst, `flap.rs`: wandering scores) and
 //! `report.rs`. What every harness needs (ports,
 //! builds, processes, retries, polls, /metrics, /proc) is in `testenv`.
 //!
