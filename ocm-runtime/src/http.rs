@@ -47,6 +47,11 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// times over.
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 
+/// The address a request came from: every request [`serve`] hands its handler carries it
+/// as an extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub SocketAddr);
+
 /// A response with a complete body.
 pub type HttpResponse = Response<Full<Bytes>>;
 
@@ -158,7 +163,8 @@ pub async fn serve<H, F>(
                 closed,
                 _guard,
             } = slot;
-            let service = service_fn(move |req| {
+            let service = service_fn(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(Peer(peer));
                 let handler = handler.clone();
                 let answering = Answering::start(busy.clone());
                 async move {

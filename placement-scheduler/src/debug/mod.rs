@@ -12,14 +12,21 @@
 //! in the placement's namespace. The server's own client needs `create` on `tokenreviews` and
 //! `subjectaccessreviews`.
 //!
-//! Bounds ([`DebugLimits`]), so that no caller (nor a flood of them) stalls the scheduler or
-//! competes with its lease: at most `--debug-max-concurrent-requests` requests are worked on
-//! at once (reviews and scheduling; the scheduling work holds its permit on the blocking pool
-//! until it ends), a request beyond that is answered 429 with `Retry-After` at once, never
-//! queued. Review answers are cached for `--debug-review-cache-ttl` (10 s, as the generic
-//! apiserver caches TokenReviews), at most `--debug-review-cache-size` entries per kind,
-//! keyed by a SHA-256 of the token (raw tokens are never kept); a review that could not be
-//! made is not cached. `placement_debug_reviews_total{kind,result}` counts the reviews sent,
+//! Bounds ([`DebugLimits`], [`admit`]), so that no caller (nor a flood of them) stalls the
+//! scheduler, competes with its lease or starves another caller. The caller is known first:
+//! its token from the cache, or a TokenReview the gate lets through (at most
+//! `--debug-max-concurrent-requests` at once, and `--debug-max-token-reviews-per-source` a
+//! second from one address; a token accepted before has a lane of its own). Then a GET whose
+//! denial is cached is answered 403 at once. Only then does the request take a slot: at most
+//! `--debug-max-concurrent-requests` in all, shared fairly among users and at most
+//! `--debug-max-requests-per-user` each, held while the POST body is read, an uncached
+//! SubjectAccessReview is made and the Placement is scheduled (on the blocking pool, until it
+//! ends). Every refusal is a 429 with `Retry-After` at once, never queued. SubjectAccessReview
+//! answers are cached for `--debug-review-cache-ttl` (10 s, as the generic apiserver), an
+//! accepted token for half of that (kube-apiserver's own token cache may vouch for a revoked
+//! token for 10 s more), a refused one for at most 2 s; at most `--debug-review-cache-size`
+//! entries per kind, keyed by a SHA-256 of the token (raw tokens are never kept); a review that
+//! could not be made is not cached. `placement_debug_reviews_total{kind,result}` counts the reviews sent,
 //! `placement_debug_review_cache_hits_total{kind}` those answered from the cache and
 //! `placement_debug_requests_throttled_total` the 429s. The reviews go through a client of
 //! their own (main.rs), whose rate limiter is not the controller's; the elector has its own.
@@ -34,7 +41,7 @@
 //! | 400 | a path without namespace and name, a body over `--debug-max-body-bytes` (1 MiB) or not sent within [`BODY_READ_TIMEOUT`], JSON that is no Placement, a Placement without namespace |
 //! | 401 | no bearer token, or one the apiserver does not accept |
 //! | 403 | the review denies the verb in that namespace |
-//! | 429 | `--debug-max-concurrent-requests` requests in progress (`Retry-After: 1`) |
+//! | 429 | every slot taken, the user's share taken, too many TokenReviews in progress or from this address (`Retry-After: 1`) |
 //! | 404 | no such Placement, or a path outside `/debug/placements/` |
 //! | 405 | a method other than GET and POST |
 //! | 500 | a review that could not be made, clusters that could not be read |
@@ -116,21 +123,34 @@ pub const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a POST body may take to arrive (a slow sender holds a request permit).
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a token accepted before keeps its own review lane.
+const KNOWN_TOKEN_TTL: Duration = Duration::from_secs(3600);
 /// What a 429 asks the caller to wait, in seconds.
 const RETRY_AFTER_SECONDS: &str = "1";
 
 /// The endpoint's bounds (flags of `placement-scheduler controller`).
 #[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
 pub struct DebugLimits {
-    /// Debug requests worked on at once (reviews and scheduling); more are answered 429 with
-    /// Retry-After at once.
+    /// Debug requests worked on at once, once their caller is known (a POST body, an uncached
+    /// SubjectAccessReview, scheduling); more are answered 429 with Retry-After at once. Also
+    /// the TokenReviews of unknown tokens in progress at once.
     #[arg(long, env = "DEBUG_MAX_CONCURRENT_REQUESTS", default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub debug_max_concurrent_requests: usize,
     /// The largest POST body (a what-if Placement) accepted, in bytes; larger is a 400.
     #[arg(long, env = "DEBUG_MAX_BODY_BYTES", default_value_t = MAX_REQUEST_BODY_BYTES)]
     pub debug_max_body_bytes: usize,
-    /// How long TokenReview and SubjectAccessReview answers are reused (10s, as the generic
-    /// apiserver); 0 turns the cache off.
+    /// One user's share of those: the slots are divided among the users holding them, and
+    /// none gets more than this.
+    #[arg(long, env = "DEBUG_MAX_REQUESTS_PER_USER", default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub debug_max_requests_per_user: usize,
+    /// TokenReviews of tokens not seen accepted before, per second from one client address
+    /// (in bursts of twice that); beyond, 429. Tokens accepted before are not counted. 0: no
+    /// bound.
+    #[arg(long, env = "DEBUG_MAX_TOKEN_REVIEWS_PER_SOURCE", default_value_t = 10)]
+    pub debug_max_token_reviews_per_source: u32,
+    /// How long SubjectAccessReview answers are reused (10s, as the generic apiserver), and
+    /// TokenReview answers: an accepted token for half of it (kube-apiserver's own token cache
+    /// may add up to 10 s), a refused one for at most 2 s; 0 turns the cache off.
     #[arg(long, env = "DEBUG_REVIEW_CACHE_TTL", default_value = "10s", value_parser = ocm_runtime::leader::parse_duration)]
     pub debug_review_cache_ttl: Duration,
     /// Cached review answers kept at most, per kind (the soonest to expire make room).
@@ -142,6 +162,8 @@ impl Default for DebugLimits {
     fn default() -> Self {
         Self {
             debug_max_concurrent_requests: 4,
+            debug_max_requests_per_user: 2,
+            debug_max_token_reviews_per_source: 10,
             debug_max_body_bytes: MAX_REQUEST_BODY_BYTES,
             debug_review_cache_ttl: Duration::from_secs(10),
             debug_review_cache_size: 1024,
@@ -265,6 +287,16 @@ pub enum DebugError {
         "too many debug requests in progress (at most {0}, --debug-max-concurrent-requests): retry later"
     )]
     Busy(usize),
+    #[error(
+        "too many debug requests in progress for this user (its share is {0}, --debug-max-requests-per-user): retry later"
+    )]
+    UserBusy(usize),
+    #[error("too many authentication attempts in progress: retry later")]
+    ReviewsBusy,
+    #[error(
+        "too many new tokens from this address (at most {0} a second, --debug-max-token-reviews-per-source): retry later"
+    )]
+    SourceBusy(u32),
     #[error("failed to read request body: {0}")]
     ReadBody(String),
     #[error("failed to unmarshal placement JSON: {0}")]
@@ -302,7 +334,10 @@ impl DebugError {
         match self {
             DebugError::NoToken | DebugError::InvalidToken => StatusCode::UNAUTHORIZED,
             DebugError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            DebugError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
+            DebugError::Busy(_)
+            | DebugError::UserBusy(_)
+            | DebugError::ReviewsBusy
+            | DebugError::SourceBusy(_) => StatusCode::TOO_MANY_REQUESTS,
             DebugError::InvalidPath
             | DebugError::DeclaredBodyTooLarge { .. }
             | DebugError::BodyTooLarge(_)
@@ -399,10 +434,16 @@ pub struct Debugger {
     client: kube::Client,
     source: Arc<dyn DebugSource>,
     limits: DebugLimits,
-    /// One permit per request in progress (`--debug-max-concurrent-requests`).
-    permits: Arc<tokio::sync::Semaphore>,
-    /// TokenReview answers by token digest: the user, or `None` for a token not accepted.
-    tokens: Arc<cache::TtlCache<cache::Digest, Option<User>>>,
+    /// Requests in progress once their caller is known, shared fairly among users.
+    slots: Arc<admit::Slots>,
+    /// TokenReviews of tokens the cache does not know.
+    reviews: Arc<admit::ReviewGate>,
+    /// TokenReview answers by token digest: the users of accepted tokens...
+    accepted: Arc<cache::TtlCache<cache::Digest, User>>,
+    /// ...and the tokens not accepted.
+    refused: Arc<cache::TtlCache<cache::Digest, ()>>,
+    /// Tokens accepted before (for an hour): their reviews have a lane of their own.
+    known: Arc<cache::TtlCache<cache::Digest, ()>>,
     /// SubjectAccessReview answers by token digest, verb and namespace: `Ok`, or the denial's
     /// reason.
     access: Arc<cache::TtlCache<AccessKey, Result<(), String>>>,
@@ -431,13 +472,21 @@ impl Debugger {
             limits.debug_review_cache_ttl,
             limits.debug_review_cache_size,
         );
+        let (accepted_ttl, refused_ttl) = admit::token_ttls(ttl);
         Self {
             client,
             source,
-            permits: Arc::new(tokio::sync::Semaphore::new(
-                limits.debug_max_concurrent_requests.max(1),
+            slots: Arc::new(admit::Slots::new(
+                limits.debug_max_concurrent_requests,
+                limits.debug_max_requests_per_user,
             )),
-            tokens: Arc::new(cache::TtlCache::new(ttl, size)),
+            reviews: Arc::new(admit::ReviewGate::new(
+                limits.debug_max_concurrent_requests,
+                limits.debug_max_token_reviews_per_source,
+            )),
+            accepted: Arc::new(cache::TtlCache::new(accepted_ttl, size)),
+            refused: Arc::new(cache::TtlCache::new(refused_ttl, size)),
+            known: Arc::new(cache::TtlCache::new(KNOWN_TOKEN_TTL, size)),
             access: Arc::new(cache::TtlCache::new(ttl, size)),
             limits,
             metrics,
@@ -475,26 +524,47 @@ impl Debugger {
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let token = bearer_token(req.headers()).ok_or(DebugError::NoToken)?;
-        // Before any review: a flood is refused here at once, not queued.
-        let permit = self.permits.clone().try_acquire_owned().map_err(|_| {
-            self.metrics.throttled.inc();
-            DebugError::Busy(self.limits.debug_max_concurrent_requests)
-        })?;
+        let source = req
+            .extensions()
+            .get::<ocm_runtime::http::Peer>()
+            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip());
         let digest = cache::digest(token);
-        let user = self.authenticate(token, &digest).await?;
+        // Who asks comes first (cached, or a review the gate bounds), then what it asks: a
+        // request takes a slot only once its caller is known, and a denial already known is
+        // answered without one. Every refusal here is at once, never queued.
+        let user = self
+            .authenticate(token, &digest, source)
+            .await
+            .inspect_err(|e| self.count_throttled(e))?;
         let path = req.uri().path().to_owned();
         let Some(key) = path.strip_prefix(DEBUG_PATH) else {
             return Err(DebugError::UnknownPath(path));
         };
-        let placement = match *req.method() {
+        let get = match *req.method() {
             Method::GET => {
+                let (namespace, _) = split_key(key).ok_or(DebugError::InvalidPath)?;
+                self.cached_denial(&digest, "get", namespace)?;
+                true
+            }
+            Method::POST => false,
+            ref other => return Err(DebugError::MethodNotAllowed(other.to_string())),
+        };
+        let slot = self.slots.try_take(&user.name).map_err(|refusal| {
+            self.metrics.throttled.inc();
+            match refusal {
+                admit::Refusal::Full => DebugError::Busy(self.limits.debug_max_concurrent_requests),
+                admit::Refusal::Share(share) => DebugError::UserBusy(share),
+            }
+        })?;
+        let placement = match get {
+            true => {
                 let (namespace, name) = split_key(key).ok_or(DebugError::InvalidPath)?;
                 self.authorize(&user, &digest, "get", namespace).await?;
                 self.source
                     .placement(namespace, name)
                     .ok_or_else(|| DebugError::NotFound(name.to_owned()))?
             }
-            Method::POST => {
+            false => {
                 let placement =
                     read_placement(req.into_body(), self.limits.debug_max_body_bytes).await?;
                 let namespace = placement
@@ -506,20 +576,21 @@ impl Debugger {
                 self.authorize(&user, &digest, "create", namespace).await?;
                 Arc::new(placement)
             }
-            ref other => return Err(DebugError::MethodNotAllowed(other.to_string())),
         };
+        // The name is the caller's to choose (a ServiceAccount's, a user's): `?` escapes it,
+        // so that a newline in it cannot start a line of its own in the text log.
         tracing::debug!(
-            user = %user.name,
+            user = ?user.name,
             namespace = placement.metadata.namespace.as_deref().unwrap_or_default(),
             name = placement.metadata.name.as_deref().unwrap_or_default(),
             "debug scheduling"
         );
 
         // Scheduling is CPU work (tens of ms on a large fleet): off the async workers. The
-        // permit goes along, so that a caller who hangs up does not free it early.
+        // slot goes along, so that a caller who hangs up does not free it early.
         let source = self.source.clone();
         tokio::task::spawn_blocking(move || {
-            let _permit = permit;
+            let _slot = slot;
             let outcome = source.schedule(&placement);
             if outcome.status.code == Code::Error {
                 return Err(DebugError::Scheduling(outcome.status.message));
@@ -530,13 +601,42 @@ impl Debugger {
         .map_err(|e| DebugError::Task(e.to_string()))?
     }
 
-    /// The user behind the bearer token, by TokenReview (cached).
-    async fn authenticate(&self, token: &str, digest: &cache::Digest) -> Result<User, DebugError> {
-        let kind = ReviewKind::TokenReview;
-        if let Some(known) = self.tokens.get(digest, Instant::now()) {
-            self.metrics.cache_hit(kind);
-            return known.ok_or(DebugError::InvalidToken);
+    /// A 429 is counted wherever it comes from.
+    fn count_throttled(&self, e: &DebugError) {
+        if e.status() == StatusCode::TOO_MANY_REQUESTS {
+            self.metrics.throttled.inc();
         }
+    }
+
+    /// The user behind the bearer token, by TokenReview (cached; a review the gate lets
+    /// through: a token accepted before in its own lane, a stranger's within `source`'s
+    /// budget).
+    async fn authenticate(
+        &self,
+        token: &str,
+        digest: &cache::Digest,
+        source: std::net::IpAddr,
+    ) -> Result<User, DebugError> {
+        let kind = ReviewKind::TokenReview;
+        let now = Instant::now();
+        if let Some(user) = self.accepted.get(digest, now) {
+            self.metrics.cache_hit(kind);
+            return Ok(user);
+        }
+        if self.refused.get(digest, now).is_some() {
+            self.metrics.cache_hit(kind);
+            return Err(DebugError::InvalidToken);
+        }
+        let known = self.known.get(digest, now).is_some();
+        let _pass = self
+            .reviews
+            .try_pass(known, source, now)
+            .map_err(|refusal| match refusal {
+                admit::ReviewRefusal::Busy => DebugError::ReviewsBusy,
+                admit::ReviewRefusal::Source => {
+                    DebugError::SourceBusy(self.limits.debug_max_token_reviews_per_source)
+                }
+            })?;
         let answer = self.review_token(token).await;
         let result = match &answer {
             Ok(Some(_)) => ReviewResult::Accepted,
@@ -545,9 +645,40 @@ impl Debugger {
         };
         self.metrics.review(kind, result);
         // A review that could not be made is not an answer: not cached.
-        let user = answer?;
-        self.tokens.insert(*digest, user.clone(), Instant::now());
-        user.ok_or(DebugError::InvalidToken)
+        let now = Instant::now();
+        match answer? {
+            Some(user) => {
+                self.accepted.insert(*digest, user.clone(), now);
+                self.known.insert(*digest, (), now);
+                Ok(user)
+            }
+            None => {
+                self.refused.insert(*digest, (), now);
+                Err(DebugError::InvalidToken)
+            }
+        }
+    }
+
+    /// A denial of `verb` in `namespace` the cache already holds for this token (answered
+    /// before the request takes a slot).
+    fn cached_denial(
+        &self,
+        digest: &cache::Digest,
+        verb: &'static str,
+        namespace: &str,
+    ) -> Result<(), DebugError> {
+        let key = (*digest, verb, namespace.to_owned());
+        match self.access.get(&key, Instant::now()) {
+            Some(Err(reason)) => {
+                self.metrics.cache_hit(ReviewKind::SubjectAccessReview);
+                Err(DebugError::Forbidden {
+                    verb,
+                    namespace: namespace.to_owned(),
+                    reason,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A TokenReview: the user, or `None` when the token is not accepted.
@@ -725,6 +856,7 @@ where
     serde_json::from_value(value).map_err(DebugError::BadJson)
 }
 
+mod admit;
 mod cache;
 mod result;
 

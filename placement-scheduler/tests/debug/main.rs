@@ -50,6 +50,8 @@ mod binary;
 mod bounds;
 /// The endpoint in front of the real apiserver: authentication, authorization, what-if, TLS.
 mod endpoint;
+/// Fairness under floods, and how soon a revoked token is refused.
+mod fairness;
 /// The result's shape, on outcomes built by hand and by the core (no apiserver).
 mod shape;
 
