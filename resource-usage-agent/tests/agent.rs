@@ -617,6 +617,149 @@ async fn a_skewed_agent_clock_still_keeps_its_score_valid() {
     }
 }
 
+/// The agent's wall clock is stepped while it runs (NTP, an administrator, a resumed VM):
+/// libfaketime reads the agent's offset from a file it re-reads every second, and the test
+/// rewrites that file; the monotonic clock stays real, as it does in a real step. Steps of
+/// an hour back, an hour forward, 400 days forward and back to the true time, one after the
+/// other on one running agent. After each, within one refresh period (plus slack), the hub
+/// must hold a score the agent wrote after the step whose `validUntil` is sane by the hub's
+/// clock (`now < validUntil <= now + TTL + slack`), and from then on the agent must go on
+/// renewing it, never letting it expire or run ahead. Timed by the local wall clock, a step
+/// back makes the agent believe its score has an hour left (it stops writing and the score
+/// expires), and a step forward writes a `validUntil` an hour or 400 days ahead.
+#[tokio::test]
+async fn a_wall_clock_step_while_running_costs_at_most_one_refresh_period() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().expect("admin");
+    let lib = libfaketime();
+    let lib = lib.to_str().expect("a UTF-8 path");
+    let setup = Setup::new(cp, cp, "step").await;
+    create_node(
+        &admin,
+        &node(&setup, "n1", &[("cpu", "8"), ("memory", "32Gi")], false),
+    )
+    .await;
+    let offset_file = setup.dir.join("faketime");
+    // Written whole (a rename), so that libfaketime never reads half a file.
+    let step_to = |spec: &str| {
+        let tmp = setup.dir.join("faketime.tmp");
+        std::fs::write(&tmp, format!("{spec}\n")).expect("write the offset");
+        std::fs::rename(&tmp, &offset_file).expect("replace the offset");
+    };
+    step_to("+0");
+    let port = free_port();
+    let mut args = setup.run_args(port);
+    args.extend(["--cpu-range=0:20".into(), "--memory-range=0:128Gi".into()]);
+    let offset_path = offset_file.to_str().expect("a UTF-8 path");
+    let env = [
+        ("LD_PRELOAD", lib),
+        ("FAKETIME_TIMESTAMP_FILE", offset_path),
+        // Read the file again at most a second after it changes.
+        ("FAKETIME_CACHE_DURATION", "1"),
+        // A step moves the wall clock only: timers run on the real monotonic clock.
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let agent = Agent::spawn_with_env(&args, &env, &setup.dir.join("agent.log"), port);
+    eventually("the first scores", DEADLINE, || async {
+        let s = score_status(&admin, &setup.cluster, RESOURCE_USAGE_SCORE).await?;
+        (scores_of(&s).get("cpuAvailable") == Some(&-20)).then_some(())
+    })
+    .await;
+
+    // run_args: --refresh-period=2s --score-ttl=6s.
+    let period = Duration::from_secs(2);
+    let ttl = jiff::SignedDuration::from_secs(6);
+    // libfaketime's one-second cache, the header's one-second resolution, a busy machine.
+    let slack = Duration::from_secs(3);
+    let watch = Duration::from_secs(12);
+    let api = Api::<ocm_api::AddOnPlacementScore>::namespaced(admin.clone(), &setup.cluster);
+    let mut failures = Vec::new();
+    for (spec, hub_minus_agent) in [
+        ("-3600", 3600.0),
+        ("+0", 0.0),
+        ("+3600", -3600.0),
+        ("+34560000", -34_560_000.0),
+        ("+0", 0.0),
+    ] {
+        let before = api
+            .get(RESOURCE_USAGE_SCORE)
+            .await
+            .expect("the score")
+            .metadata
+            .resource_version;
+        step_to(spec);
+        let stepped = tokio::time::Instant::now();
+        // (a write after the step was seen, writes seen, the first insane reading)
+        let mut renewed_at = None;
+        let mut versions = Vec::new();
+        let mut insane = None;
+        // The range of `validUntil - now` read after the grace period, for the log.
+        let mut ahead: Option<(jiff::SignedDuration, jiff::SignedDuration)> = None;
+        while stepped.elapsed() < watch {
+            let obj = api.get(RESOURCE_USAGE_SCORE).await.expect("the score");
+            let now = jiff::Timestamp::now();
+            let until = obj
+                .status
+                .as_ref()
+                .and_then(|s| s.valid_until.as_ref())
+                .map(|t| t.0);
+            let sane = until.is_some_and(|u| {
+                now < u && u.duration_since(now) <= ttl + jiff::SignedDuration::from_secs(2)
+            });
+            let rv = obj.metadata.resource_version.clone();
+            if rv != before && !versions.contains(&rv) {
+                versions.push(rv);
+                if sane && renewed_at.is_none() {
+                    renewed_at = Some(stepped.elapsed());
+                }
+            }
+            let graced = stepped.elapsed() > period + slack;
+            if let Some(left) = until.map(|u| u.duration_since(now)).filter(|_| graced) {
+                ahead = Some(ahead.map_or((left, left), |(lo, hi)| (lo.min(left), hi.max(left))));
+            }
+            if !sane && graced && insane.is_none() {
+                insane = Some(format!(
+                    "{:.1} s after the step validUntil was {until:?}, the hub's now {now}",
+                    stepped.elapsed().as_secs_f64()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let offset = agent
+            .metric("score_provider_hub_clock_offset_seconds")
+            .await;
+        eprintln!(
+            "step {spec}: first sane write after {renewed_at:?}, {} writes in {watch:?}, \
+             validUntil - now from {:?} to {:?} after that, offset metric {offset:?}",
+            versions.len(),
+            ahead.map(|a| a.0),
+            ahead.map(|a| a.1),
+        );
+        if renewed_at.is_none_or(|t| t > period + slack) {
+            failures.push(format!(
+                "step {spec}: no sane write within {:?} (first after {renewed_at:?})",
+                period + slack
+            ));
+        }
+        if let Some(what) = insane {
+            failures.push(format!("step {spec}: {what}"));
+        }
+        // A write about every period: at least half of them.
+        if versions.len() < 3 {
+            failures.push(format!(
+                "step {spec}: only {} writes in {watch:?}",
+                versions.len()
+            ));
+        }
+        if offset.is_none_or(|o| (o - hub_minus_agent).abs() >= 5.0) {
+            failures.push(format!(
+                "step {spec}: offset metric {offset:?}, want about {hub_minus_agent}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Issue 15, item 5 for the framework's writer (the hub scorer writes through it too): each
 /// status patch carries the `resourceVersion` it was decided on. Another writer changes the
 /// status after our read (here it adds a condition); our next write must not overwrite that

@@ -121,7 +121,7 @@ impl Metrics {
         );
         r.register_with_unit(
             "hub_clock_offset",
-            "The hub's clock minus the local clock, from the Date of the hub's last response",
+            "The hub's clock minus the local wall clock at the hub's last response (from the Date headers)",
             Unit::Seconds,
             self.hub_clock_offset.clone(),
         );

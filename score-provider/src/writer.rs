@@ -5,7 +5,11 @@
 //! hysteresis or more), the condition changed, or `validUntil` is due for renewal.
 //!
 //! Times (`validUntil`, the condition's `lastTransitionTime`) are the hub's ([`HubClock`]): the
-//! scheduler reads them against its own clock. Each status patch carries the
+//! scheduler reads them against its own clock. `validUntil` counts from the earliest the hub's
+//! clock can read as the write is sent, and renewals are timed by the monotonic clock, so a
+//! step of the local wall clock moves neither. A `validUntil` further ahead than one TTL by
+//! the hub's clock (written by a clock that was wrong, or before the hub's clock was stepped
+//! back) is written again at the next pass. Each status patch carries the
 //! `resourceVersion` it was decided on, so a writer that is behind (a second replica, a
 //! deposed one) cannot overwrite a newer status: on a conflict it reads the object and
 //! decides once more.
@@ -22,9 +26,14 @@ use serde_json::json;
 use thiserror::Error;
 
 use futures::StreamExt;
+use tokio::time::Instant;
 
 use crate::hub::HubClock;
 use crate::provider::{Computed, Outcome, Scores};
+
+/// How far a `validUntil` may be beyond one TTL from the hub's now before it is written again:
+/// the estimate of the hub's time may move by up to the header's second and a round trip.
+const AHEAD_SLACK: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
 
 /// How the writer writes.
 #[derive(Clone, Debug)]
@@ -33,9 +42,10 @@ pub struct WriteSettings {
     pub score_name: String,
     /// `validUntil` is set this far ahead at every write.
     pub ttl: Duration,
-    /// The refresh period: `validUntil` is renewed once less than `ttl - period/2` of it is
-    /// left, so that every periodic refresh renews it and a change-triggered recompute in
-    /// between does not.
+    /// The refresh period: `validUntil` is renewed once half a period has passed (by the
+    /// monotonic clock) since it was written, or less than `ttl - period/2` of it is left by
+    /// the hub's clock, so that every periodic refresh renews it and a change-triggered
+    /// recompute in between does not.
     pub period: Duration,
     /// Score moves smaller than this many points are not written (0: every move is).
     pub hysteresis: u32,
@@ -94,6 +104,28 @@ struct Known {
     /// The object's version these values were read or written at: the precondition of the
     /// next patch.
     resource_version: Option<String>,
+    /// When `validUntil` is due for renewal on the monotonic clock (`None`: not written by
+    /// this process; its renewal goes by the hub's clock alone).
+    renew_at: Option<Instant>,
+}
+
+/// A write's time: the hub's (best estimate, and the earliest it can be) and the monotonic.
+#[derive(Clone, Copy, Debug)]
+struct Now {
+    hub: jiff::Timestamp,
+    earliest: jiff::Timestamp,
+    mono: Instant,
+}
+
+impl Now {
+    fn read(clock: &HubClock) -> Self {
+        let mono = Instant::now();
+        Self {
+            hub: clock.now_at(mono),
+            earliest: clock.earliest_at(mono),
+            mono,
+        }
+    }
 }
 
 /// The writer and what it knows of each cluster's object.
@@ -206,7 +238,7 @@ async fn write_one(
                 Err(e) => return (None, Err(e)),
             },
         };
-        let Some((mut patch, next)) = plan(settings, &current, outcome, clock.now()) else {
+        let Some((mut patch, next)) = plan(settings, &current, outcome, Now::read(clock)) else {
             let written = if created {
                 Written::Created
             } else {
@@ -299,7 +331,7 @@ fn plan(
     s: &WriteSettings,
     known: &Known,
     outcome: &Outcome,
-    now: jiff::Timestamp,
+    now: Now,
 ) -> Option<(serde_json::Value, Known)> {
     let mut next = known.clone();
     let (status, reason, message) = match outcome {
@@ -312,7 +344,7 @@ fn plan(
         status,
         reason,
         message,
-        now,
+        now.hub,
     );
     if let Some(c) = next
         .conditions
@@ -335,16 +367,20 @@ fn plan(
     if moved {
         next.scores = scores.clone();
     }
+    let ttl = jiff::SignedDuration::try_from(s.ttl).unwrap_or(jiff::SignedDuration::MAX);
     let renew_below = jiff::SignedDuration::try_from(s.ttl.saturating_sub(s.period / 2))
         .unwrap_or(jiff::SignedDuration::MAX);
-    let renew = known
-        .valid_until
-        .is_none_or(|vu| vu.duration_since(now) < renew_below);
+    let renew = known.renew_at.is_some_and(|at| now.mono >= at)
+        || known.valid_until.is_none_or(|vu| {
+            let left = vu.duration_since(now.hub);
+            left < renew_below || left > ttl.saturating_add(AHEAD_SLACK)
+        });
     if !(moved || renew || condition_changed) {
         return None;
     }
-    let valid_until = valid_until(now, s.ttl);
+    let valid_until = valid_until(now.earliest, s.ttl);
     next.valid_until = Some(valid_until);
+    next.renew_at = Some(now.mono + s.period / 2);
     let items: Vec<serde_json::Value> = next
         .scores
         .iter()
@@ -380,6 +416,7 @@ fn known_from(obj: &AddOnPlacementScore) -> Known {
         conditions: status.conditions,
         generation: obj.metadata.generation,
         resource_version: obj.metadata.resource_version.clone(),
+        renew_at: None,
     }
 }
 
@@ -405,8 +442,19 @@ mod tests {
         Outcome::Scores([("cpu", v)].into_iter().collect())
     }
 
+    /// `s` seconds into the test, with the hub's clock and the monotonic clock agreeing.
+    fn now(s: u64) -> Now {
+        static BASE: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+        let hub = at(i64::try_from(s).expect("seconds"));
+        Now {
+            hub,
+            earliest: hub,
+            mono: *BASE + Duration::from_secs(s),
+        }
+    }
+
     /// Applies a plan as the hub would, returning whether something was written.
-    fn step(w: &ScoreWriter, known: &mut Known, outcome: &Outcome, now: jiff::Timestamp) -> bool {
+    fn step(w: &ScoreWriter, known: &mut Known, outcome: &Outcome, now: Now) -> bool {
         match plan(&w.settings, known, outcome, now) {
             Some((_, next)) => {
                 *known = next;
@@ -420,15 +468,15 @@ mod tests {
     fn first_write_then_renewal_only_at_the_period() {
         let w = writer(0);
         let mut k = Known::default();
-        assert!(step(&w, &mut k, &scores(10), at(0)));
+        assert!(step(&w, &mut k, &scores(10), now(0)));
         assert_eq!(k.valid_until, Some(at(180)));
         // A change-triggered recompute with the same scores 20 s later: nothing to write.
-        assert!(!step(&w, &mut k, &scores(10), at(20)));
+        assert!(!step(&w, &mut k, &scores(10), now(20)));
         // The periodic refresh a period later renews validUntil.
-        assert!(step(&w, &mut k, &scores(10), at(60)));
+        assert!(step(&w, &mut k, &scores(10), now(60)));
         assert_eq!(k.valid_until, Some(at(240)));
         // A real move is written at once.
-        assert!(step(&w, &mut k, &scores(11), at(61)));
+        assert!(step(&w, &mut k, &scores(11), now(61)));
         assert_eq!(k.scores.get("cpu"), Some(11));
     }
 
@@ -436,11 +484,11 @@ mod tests {
     fn hysteresis_holds_small_moves_but_renews_with_the_held_values() {
         let w = writer(5);
         let mut k = Known::default();
-        assert!(step(&w, &mut k, &scores(10), at(0)));
-        assert!(!step(&w, &mut k, &scores(14), at(10)));
-        assert!(step(&w, &mut k, &scores(14), at(60)), "renewal is due");
+        assert!(step(&w, &mut k, &scores(10), now(0)));
+        assert!(!step(&w, &mut k, &scores(14), now(10)));
+        assert!(step(&w, &mut k, &scores(14), now(60)), "renewal is due");
         assert_eq!(k.scores.get("cpu"), Some(10), "held value renewed");
-        assert!(step(&w, &mut k, &scores(15), at(61)));
+        assert!(step(&w, &mut k, &scores(15), now(61)));
         assert_eq!(k.scores.get("cpu"), Some(15));
     }
 
@@ -448,22 +496,22 @@ mod tests {
     fn unavailable_sets_the_condition_and_keeps_scores() {
         let w = writer(0);
         let mut k = Known::default();
-        assert!(step(&w, &mut k, &scores(10), at(0)));
+        assert!(step(&w, &mut k, &scores(10), now(0)));
         let down = Outcome::Unavailable {
             reason: "NoMetrics".into(),
             message: "no samples".into(),
         };
-        let (patch, _) = plan(&w.settings, &k, &down, at(5)).expect("condition changes");
+        let (patch, _) = plan(&w.settings, &k, &down, now(5)).expect("condition changes");
         assert!(patch["status"].get("scores").is_none());
         assert_eq!(patch["status"]["conditions"][0]["status"], "False");
-        assert!(step(&w, &mut k, &down, at(5)));
+        assert!(step(&w, &mut k, &down, now(5)));
         assert!(
-            !step(&w, &mut k, &down, at(65)),
+            !step(&w, &mut k, &down, now(65)),
             "no renewal while unavailable"
         );
         assert_eq!(k.valid_until, Some(at(180)));
         // Back: True again with a new transition time.
-        assert!(step(&w, &mut k, &scores(10), at(70)));
+        assert!(step(&w, &mut k, &scores(10), now(70)));
         let c = &k.conditions[0];
         assert_eq!(
             (c.status.as_str(), c.last_transition_time.0),
@@ -479,7 +527,7 @@ mod tests {
             valid_until: Some(at(100)),
             ..Known::default()
         };
-        let (patch, _) = plan(&w.settings, &k, &scores(1), at(0)).expect("gpu went away");
+        let (patch, _) = plan(&w.settings, &k, &scores(1), now(0)).expect("gpu went away");
         assert_eq!(
             patch["status"]["scores"],
             json!([{ "name": "cpu", "value": 1 }])
@@ -489,5 +537,54 @@ mod tests {
             patch["status"]["conditions"][0]["reason"],
             "AddOnPlacementScoreUpdated"
         );
+    }
+
+    /// Renewal goes by the monotonic clock: a period later it is due even if the hub's time,
+    /// as estimated, has not moved (a step of the hub's clock back, say).
+    #[test]
+    fn renewal_is_timed_by_the_monotonic_clock() {
+        let w = writer(0);
+        let mut k = Known::default();
+        assert!(step(&w, &mut k, &scores(10), now(0)));
+        let later = Now {
+            mono: now(60).mono,
+            ..now(0)
+        };
+        assert!(
+            step(&w, &mut k, &scores(10), later),
+            "due by the monotonic clock"
+        );
+        // Within half a period of that write, nothing is due.
+        let soon = Now {
+            mono: later.mono + Duration::from_secs(20),
+            ..now(20)
+        };
+        assert!(!step(&w, &mut k, &scores(10), soon));
+    }
+
+    /// A `validUntil` read from the hub that is further ahead than one TTL (written by a
+    /// clock that was wrong) is written again, counted from the earliest the hub's time can
+    /// be.
+    #[test]
+    fn a_valid_until_beyond_one_ttl_is_written_again() {
+        let w = writer(0);
+        let mut k = Known {
+            scores: [("cpu", 10)].into_iter().collect(),
+            valid_until: Some(at(400 * 86_400)),
+            ..Known::default()
+        };
+        let (_, written) = plan(&w.settings, &k, &scores(10), now(0)).expect("the condition");
+        k.conditions = written.conditions;
+        let t = Now {
+            hub: at(10) + jiff::SignedDuration::from_millis(700),
+            earliest: at(10),
+            mono: now(10).mono,
+        };
+        assert!(step(&w, &mut k, &scores(10), t), "400 days ahead");
+        assert_eq!(k.valid_until, Some(at(190)));
+        // Within one TTL (and the slack): left alone.
+        k.renew_at = None;
+        k.valid_until = Some(at(10 + 181));
+        assert!(!step(&w, &mut k, &scores(10), t));
     }
 }
