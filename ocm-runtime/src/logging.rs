@@ -1,6 +1,10 @@
 //! Logs for every binary, configured the same way: human-readable text by default, one JSON
 //! object a line for log collectors, filtered with `RUST_LOG` syntax. Logs go to stderr so that
 //! commands that print results (`simulate`, `crdgen`) keep stdout for them.
+//!
+//! A text record is one line whatever it holds: a line break inside it (a user name, a CSR's
+//! requester, an apiserver's error text: strings others choose) is written as `\n` or `\r`,
+//! so that nobody can forge a log line of their own. JSON escapes them already.
 
 use std::io::IsTerminal;
 
@@ -69,13 +73,17 @@ fn subscriber<W>(
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter(&args.log_level)?)
-        .with_writer(writer);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter(&args.log_level)?);
     Ok(match args.log_format {
-        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
+        LogFormat::Text => Box::new(
+            builder
+                .with_writer(OneLine(writer))
+                .with_ansi(ansi)
+                .finish(),
+        ),
         LogFormat::Json => Box::new(
             builder
+                .with_writer(writer)
                 .json()
                 .flatten_event(true)
                 .with_current_span(false)
@@ -83,6 +91,47 @@ where
                 .finish(),
         ),
     })
+}
+
+/// Makes writers that keep a record on one line: the formatter writes a whole record, ending
+/// in its line break, in one `write_all`; every other line break in it is escaped.
+struct OneLine<M>(M);
+
+impl<'w, M: MakeWriter<'w>> MakeWriter<'w> for OneLine<M> {
+    type Writer = OneLineWriter<M::Writer>;
+    fn make_writer(&'w self) -> Self::Writer {
+        OneLineWriter(self.0.make_writer())
+    }
+}
+
+struct OneLineWriter<W>(W);
+
+impl<W: std::io::Write> std::io::Write for OneLineWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let (body, end) = match buf.strip_suffix(b"\n") {
+            Some(body) => (body, &b"\n"[..]),
+            None => (buf, &b""[..]),
+        };
+        if !body.contains(&b'\n') && !body.contains(&b'\r') {
+            self.0.write_all(buf)?;
+            return Ok(buf.len());
+        }
+        let mut out = Vec::with_capacity(buf.len() + 16);
+        for &b in body {
+            match b {
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b => out.push(b),
+            }
+        }
+        out.extend_from_slice(end);
+        self.0.write_all(&out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 #[cfg(test)]
@@ -164,6 +213,38 @@ mod tests {
         assert!(!out.contains("hidden"), "{out}");
         assert!(logged(LogFormat::Text, "debug").contains("hidden at info"));
         assert!(!logged(LogFormat::Text, "warn").contains("scheduled"));
+    }
+
+    /// A name someone else chose, with line breaks: the record stays one line, in text and
+    /// in JSON, whether the name is a field, a Display field or part of the message.
+    #[test]
+    fn a_line_break_in_a_value_cannot_forge_a_log_line() {
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let args = LogArgs {
+                log_format: format,
+                log_level: "info".into(),
+            };
+            let buf = Buf::default();
+            let sub = subscriber(&args, buf.clone(), false).unwrap();
+            let name = "agent\nERROR forged: cluster-admin granted\r\nINFO x";
+            tracing::subscriber::with_default(sub, || {
+                tracing::warn!(requester = %name, "refused {name}");
+                tracing::warn!(requester = name, "next");
+            });
+            let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(lines.len(), 2, "{format:?}: {out}");
+            assert!(
+                lines
+                    .iter()
+                    .all(|l| !l.starts_with("ERROR") && !l.starts_with("INFO x")),
+                "{out}"
+            );
+            assert!(
+                lines[0].contains("forged"),
+                "the text is kept, escaped: {out}"
+            );
+        }
     }
 
     #[test]
