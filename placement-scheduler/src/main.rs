@@ -135,6 +135,11 @@ struct ControllerArgs {
     /// Placements scheduled at once (each placement's writes stay in order).
     #[arg(long, env = "WORKERS", default_value_t = 8)]
     workers: usize,
+    /// Placements of one namespace scheduled at once while other namespaces' placements wait
+    /// (default: half the workers, rounded up). Beyond it a namespace takes a worker only when
+    /// no other namespace's placement is waiting and another worker stays free.
+    #[arg(long, env = "MAX_WORKERS_PER_NAMESPACE", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_workers_per_namespace: Option<usize>,
     /// About this often (±10%), reschedule the placements whose inputs changed since their
     /// last pass without an event saying so (a safety net: at rest it schedules nothing;
     /// e.g. 10m; 0s: never).
@@ -397,6 +402,7 @@ async fn controller_cmd(
 
     let options = Options {
         workers: args.workers,
+        workers_per_namespace: args.max_workers_per_namespace,
         resync: args.resync_period,
         namespaces: args.namespaces,
         pacing: controller::queue::Pacing {

@@ -104,6 +104,9 @@ impl Leader for AlwaysLeader {
 pub struct Options {
     /// Placements scheduled at once (each one's writes stay in order).
     pub workers: usize,
+    /// Placements of one namespace scheduled at once while other namespaces' wait (`None`:
+    /// half the workers, rounded up). See [`queue`].
+    pub workers_per_namespace: Option<usize>,
     /// About this often (±10%), every placement whose inputs changed since its last pass
     /// without an event saying so is rescheduled: a safety net; at rest it schedules nothing.
     /// Zero: never.
@@ -128,6 +131,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             workers: 8,
+            workers_per_namespace: None,
             resync: Duration::from_secs(600),
             namespaces: Vec::new(),
             pacing: queue::Pacing::DEFAULT,
@@ -388,7 +392,16 @@ pub async fn run(
         handle.metrics.clone(),
         options.leader.clone(),
     );
+    let workers = options.workers.max(1);
+    let fairness = match options.workers_per_namespace {
+        Some(n) => queue::Fairness {
+            workers,
+            per_namespace: n.max(1),
+        },
+        None => queue::Fairness::halves(workers),
+    };
     let queue = Queue::with_pacing(options.pacing)
+        .with_fairness(fairness)
         .with_gauges(&handle.metrics.queue_depth, &handle.metrics.cache_entries);
     let ctx = Arc::new(Ctx {
         balance_wave: AtomicBool::new(false),

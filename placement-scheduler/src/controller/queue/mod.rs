@@ -16,9 +16,15 @@
 //! the first two of them wait out the spacing. Passes are never more than events. An
 //! optional trailing debounce holds every event back for a fixed delay instead (the old
 //! behaviour, for operators who prefer fewer passes to latency).
+//!
+//! Fairness between namespaces (tenants): a namespace whose placements hold their share of the
+//! workers ([`Fairness`]) lets the keys of other namespaces go first, in queue order; beyond
+//! its share it takes a worker only when no other namespace's key is ready and another worker
+//! stays free, so a namespace that arrives later always finds one. A tenant who creates many
+//! expensive placements holds at most its share while others wait, never every worker.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::metrics::family::Family;
@@ -60,6 +66,25 @@ impl Pacing {
         spacing: Duration::from_millis(100),
         max_delay: Duration::from_secs(2),
     };
+}
+
+/// How the workers are shared among namespaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fairness {
+    /// The workers taking keys.
+    pub workers: usize,
+    /// Keys of one namespace processed at once while other namespaces' keys wait.
+    pub per_namespace: usize,
+}
+
+impl Fairness {
+    /// Half the workers each (rounded up), the controller's default.
+    pub fn halves(workers: usize) -> Self {
+        Self {
+            workers,
+            per_namespace: workers.div_ceil(2).max(1),
+        }
+    }
 }
 
 /// A key's last pass, kept while it can still space the next one.
@@ -123,6 +148,10 @@ struct Inner {
     /// dropped from the front without walking the map.
     last_expiry: VecDeque<(Instant, Key)>,
     pacing: Pacing,
+    /// The share of workers per namespace (`None`: first come, first served).
+    fairness: Option<Fairness>,
+    /// Keys being processed, by namespace.
+    busy: HashMap<Arc<str>, usize>,
 }
 
 impl Inner {
@@ -235,8 +264,30 @@ impl Inner {
         true
     }
 
+    /// The next ready key a worker may take: the first in queue order whose namespace holds
+    /// less than its share; else the first of any, when no namespace is below its share and
+    /// a worker stays free for one that comes later; else none.
+    fn pop_ready(&mut self) -> Option<Key> {
+        let Some(fair) = self.fairness else {
+            return self.ready.pop_front();
+        };
+        let held = |ns: &Arc<str>| self.busy.get(ns).copied().unwrap_or(0);
+        let mut beyond = None;
+        let mut at = None;
+        for (n, key) in self.ready.iter().enumerate() {
+            if held(&key.0) < fair.per_namespace {
+                at = Some(n);
+                break;
+            }
+            beyond = beyond.or(Some(n));
+        }
+        let at = at.or(beyond.filter(|_| self.processing.len() + 1 < fair.workers))?;
+        self.ready.remove(at)
+    }
+
     /// Hands the key to a worker.
     fn start(&mut self, key: Key, now: Instant) {
+        *self.busy.entry(key.0.clone()).or_default() += 1;
         self.queued.remove(&key);
         self.waiting_worker.remove(&key);
         let (burst, lone) = match self.spaced.remove(&key) {
@@ -392,6 +443,12 @@ impl Queue {
         q
     }
 
+    /// Shares the workers among namespaces as `fairness` says.
+    pub fn with_fairness(self, fairness: Fairness) -> Self {
+        self.with(|i| i.fairness = Some(fairness));
+        self
+    }
+
     /// Reports its depth by state into `depth` (`state` label) and the sizes of its per-key
     /// maps into `caches` (`cache` label), after every change.
     pub fn with_gauges(
@@ -532,7 +589,14 @@ impl Queue {
     pub fn done(&self, key: &Key) {
         let now = Instant::now();
         let again = self.with(|i| {
-            i.processing.remove(key);
+            if i.processing.remove(key)
+                && let Some(n) = i.busy.get_mut(&key.0)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    i.busy.remove(&key.0);
+                }
+            }
             i.removed.remove(key);
             // A pass that outlasted the spacing: its entry's expiry went by while it ran.
             if i.last
@@ -546,7 +610,8 @@ impl Queue {
                 i.enqueue(key.clone(), true, now);
                 true
             } else {
-                false
+                // A ready key of this namespace may have waited for its share.
+                i.fairness.is_some() && !i.ready.is_empty()
             }
         });
         if again {
@@ -572,7 +637,7 @@ impl Queue {
                 i.promote_due(now);
                 let mut batch = Vec::new();
                 while batch.len() < max
-                    && let Some(k) = i.ready.pop_front()
+                    && let Some(k) = i.pop_ready()
                 {
                     if !i.hold_for_burst(&k, now) {
                         i.start(k.clone(), now);
