@@ -129,9 +129,38 @@ pub enum CompileError {
     Transient(String),
 }
 
-/// The pass's CEL cost budget ran out while evaluating a cluster.
+/// Units charged between two looks at the caller's [`Deadline`] inside one evaluation: about a
+/// millisecond of work (see the `cel_calibrate` example).
+pub const DEADLINE_EVERY_UNITS: u64 = 10_000;
+
+/// When an evaluation must stop. This crate reads no clock: the caller's deadline does. It is
+/// looked at inside an evaluation, every [`DEADLINE_EVERY_UNITS`] units.
+pub trait Deadline: Sync {
+    fn passed(&self) -> bool;
+}
+
+/// No deadline.
+impl Deadline for () {
+    fn passed(&self) -> bool {
+        false
+    }
+}
+
+/// A closure, for callers that keep the clock: `&|| Instant::now() >= until`.
+impl<F: Fn() -> bool + Sync> Deadline for F {
+    fn passed(&self) -> bool {
+        self()
+    }
+}
+
+/// The pass's CEL budget ran out while evaluating a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolExhausted;
+pub enum PoolExhausted {
+    /// The cost pool is empty.
+    Cost,
+    /// The deadline passed (looked at inside the evaluation).
+    Time,
+}
 
 impl CelSelector {
     /// Compiles every expression; the first invalid one gives
@@ -151,19 +180,21 @@ impl CelSelector {
     /// True when every expression evaluates to `true` for `cluster`.
     pub fn matches(&self, cluster: &CelCluster, scores: &dyn ScoreSource) -> bool {
         let mut unlimited = u64::MAX;
-        self.matches_within(cluster, scores, &mut unlimited)
+        self.matches_within(cluster, scores, &mut unlimited, &())
             .unwrap_or(false)
     }
 
     /// [`CelSelector::matches`], drawing the units spent from `pool`, the budget of the whole
-    /// pass. Each expression still gets at most upstream's per-call limit and the cluster at
-    /// most its per-cluster budget (running out of those makes the cluster not match, as
-    /// upstream); running out of the pool stops the pass: `Err`.
+    /// pass, and stopping once `deadline` has passed. Each expression still gets at most
+    /// upstream's per-call limit and the cluster at most its per-cluster budget (running out of
+    /// those makes the cluster not match, as upstream); running out of the pool or of time
+    /// stops the pass: `Err`.
     pub fn matches_within(
         &self,
         cluster: &CelCluster,
         scores: &dyn ScoreSource,
         pool: &mut u64,
+        deadline: &dyn Deadline,
     ) -> Result<bool, PoolExhausted> {
         let Ok(runtime) = RUNTIME.as_ref() else {
             return Ok(false); // unreachable: compile() fails first
@@ -176,13 +207,17 @@ impl CelSelector {
                 cluster,
                 scores,
                 meter: Meter::new(limit),
+                deadline,
             };
             let matched = runtime.evaluate(program, &activation);
             let used = activation.meter.used().min(limit);
             budget = budget.saturating_sub(used);
             *pool = pool.saturating_sub(used);
+            if activation.meter.interrupted() {
+                return Err(PoolExhausted::Time);
+            }
             if activation.meter.exceeded() && limit < own_limit {
-                return Err(PoolExhausted);
+                return Err(PoolExhausted::Cost);
             }
             if !matched {
                 return Ok(false);
@@ -204,8 +239,10 @@ impl Runtime {
     fn new() -> Result<Runtime, String> {
         let env = Arc::new(library::new_env().map_err(|e| e.to_string())?);
         let mut context = Context::with_env(Arc::clone(&env));
-        let functions: [(&str, NativeFn); 4] = [
+        let functions: [(&str, NativeFn); 6] = [
             (cost::COST_FN, Box::new(cost::cost_fn)),
+            (cost::SCAN_FN, Box::new(cost::scan_fn)),
+            (cost::CHARGE_FN, Box::new(cost::charge_fn)),
             (cost::REPLACE_FN, Box::new(cost::replace_fn)),
             (cost::MATCHES_FN, cost::matches_fn(Arc::clone(&env))),
             ("scores", Box::new(scores_fn)),
@@ -300,13 +337,18 @@ struct Activation<'a> {
     cluster: &'a CelCluster,
     scores: &'a dyn ScoreSource,
     meter: Meter,
+    deadline: &'a dyn Deadline,
 }
 
 impl VariableResolver for Activation<'_> {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
         match variable {
             CLUSTER_VAR => Some(CowVal::Borrowed(self.cluster.value.as_ref())),
-            cost::METER_VAR => Some(CowVal::Borrowed(&self.meter)),
+            // Every charge asks for the meter: where the deadline is looked at.
+            cost::METER_VAR => {
+                self.meter.look_at(self.deadline);
+                Some(CowVal::Borrowed(&self.meter))
+            }
             _ => {
                 // Functions get no state of their own, only the context, so `scores` asks for
                 // the variable `@scores:<cluster name length>:<cluster name><resource name>`.
@@ -375,7 +417,7 @@ fn scores_fn<'c, 'v>(ftx: &mut FunctionContext<'c, 'v>) -> Result<CowVal<'c, 'v>
         ))
     })?;
     // Like upstream's cost estimator: the list and its maps.
-    cost::charge(ftx.ptx, 0, Some(list.as_ref()))?;
+    cost::charge(ftx.ptx, 0, Some(list.as_ref()), cost::Rate::Copy)?;
     Ok(CowVal::Owned(list.into_owned()))
 }
 

@@ -8,6 +8,7 @@ use ocm_api::cluster::v1beta1::ClusterPredicate;
 use ocm_api::selector::Selector;
 
 use super::DropReason;
+use crate::limits::Deadline;
 use crate::snapshot::ClusterInfo;
 use crate::status::{Code, Status};
 use ocm_cel::{CelSelector, CompileError, PoolExhausted, ScoreSource};
@@ -94,12 +95,13 @@ impl Predicates {
     }
 
     /// `None` when the cluster passes; otherwise why each predicate refused it. CEL draws
-    /// from `pool`, the pass's budget; `Err` when it ran out.
+    /// from `pool`, the pass's budget, within `deadline`; `Err` when either ran out.
     pub fn check(
         &self,
         cluster: &ClusterInfo,
         scores: &dyn ScoreSource,
         pool: &mut u64,
+        deadline: &dyn Deadline,
     ) -> Result<Option<DropReason>, PoolExhausted> {
         if self.compiled.is_empty() {
             return Ok(None);
@@ -111,7 +113,7 @@ impl Predicates {
             } else if !p.claims.matches(&cluster.claims) {
                 Some("claimSelector")
             } else if let Some(cel) = &p.cel
-                && !cel.matches_within(cluster.cel(), scores, pool)?
+                && !cel.matches_within(cluster.cel(), scores, pool, deadline)?
             {
                 Some("celSelector")
             } else {
