@@ -75,6 +75,16 @@ pub const PER_CALL_LIMIT: u64 = 1_000_000;
 /// expressions of a selector.
 pub const RUNTIME_COST_BUDGET: u64 = 10_000_000;
 
+/// The most memory one compiled expression may hold (estimated from what it holds after
+/// parsing: [`NODE_BYTES`](cost::NODE_BYTES) per tree node, list and map elements included,
+/// plus the bytes of its strings). About 6,000 list elements; ordinary expressions hold a few
+/// KiB.
+pub const MAX_COMPILED_EXPRESSION_BYTES: usize = 1 << 20;
+/// The most memory the compiled `celSelector` expressions of one Placement may hold, all its
+/// predicates together (placement-core checks the sum; [`CelSelector::compile`] stops as soon
+/// as one selector is over it).
+pub const MAX_COMPILED_PLACEMENT_BYTES: usize = 4 << 20;
+
 /// cel-go's default limit on the length of an expression, in code points.
 const MAX_SOURCE_SIZE: usize = 100_000;
 /// How deep an expression tree may nest, like cel-go's parser recursion limit. Evaluation
@@ -118,6 +128,7 @@ impl CelCluster {
 #[derive(Debug)]
 pub struct CelSelector {
     programs: Vec<Program>,
+    size: usize,
 }
 
 /// Why expressions did not compile.
@@ -174,7 +185,14 @@ impl CelSelector {
         } else {
             runtime.compile_all(expressions)?
         };
-        Ok(CelSelector { programs })
+        let size = programs.iter().map(|p| p.size).sum();
+        Ok(CelSelector { programs, size })
+    }
+
+    /// The memory the compiled expressions hold, in bytes (estimated as for
+    /// [`MAX_COMPILED_EXPRESSION_BYTES`]).
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     /// True when every expression evaluates to `true` for `cluster`.
@@ -225,6 +243,14 @@ impl CelSelector {
         }
         Ok(true)
     }
+}
+
+/// The message of a Placement whose compiled expressions hold more than
+/// [`MAX_COMPILED_PLACEMENT_BYTES`] (`total` so far: counting stops there).
+pub fn placement_too_big(total: usize) -> String {
+    format!(
+        "compilation failed: the celSelector expressions compile to about {total} bytes, more than the limit of {MAX_COMPILED_PLACEMENT_BYTES} bytes per Placement"
+    )
 }
 
 /// The environment and the root context, shared by every selector.
@@ -278,11 +304,19 @@ impl Runtime {
                 .name("cel-compile".into())
                 .stack_size(COMPILE_STACK_SIZE)
                 .spawn_scoped(scope, || {
-                    sources
-                        .iter()
-                        .map(|source| self.compile_on_this_thread(source))
-                        .collect::<Result<Vec<_>, String>>()
-                        .map_err(CompileError::Invalid)
+                    let mut total = 0usize;
+                    let mut programs = Vec::with_capacity(sources.len());
+                    for (i, source) in sources.iter().enumerate() {
+                        let program = self
+                            .compile_on_this_thread(i, source)
+                            .map_err(CompileError::Invalid)?;
+                        total = total.saturating_add(program.size);
+                        if total > MAX_COMPILED_PLACEMENT_BYTES {
+                            return Err(CompileError::Invalid(placement_too_big(total)));
+                        }
+                        programs.push(program);
+                    }
+                    Ok(programs)
                 })
                 // Out of memory, address space or threads: not the expressions' fault.
                 .map_err(|e| {
@@ -299,7 +333,7 @@ impl Runtime {
         })
     }
 
-    fn compile_on_this_thread(&self, source: &str) -> Result<Program, String> {
+    fn compile_on_this_thread(&self, index: usize, source: &str) -> Result<Program, String> {
         let parsed = self.env.compile(source).map_err(|e| {
             format!(
                 "compilation failed: {}",
@@ -313,7 +347,14 @@ impl Runtime {
             MAX_DEPTH,
         )
         .map_err(|e| format!("compilation failed: {e}"))?;
-        Ok(cost::instrument(parsed.expression().clone()))
+        let program = cost::instrument(parsed.expression().clone());
+        if program.size > MAX_COMPILED_EXPRESSION_BYTES {
+            return Err(format!(
+                "compilation failed: celExpressions[{index}] compiles to about {} bytes, more than the limit of {MAX_COMPILED_EXPRESSION_BYTES} bytes per expression",
+                program.size
+            ));
+        }
+        Ok(program)
     }
 
     /// Whether `program` evaluates to `true` within the activation's budget.

@@ -189,7 +189,8 @@ fn run<'a>(
     let (kept, result) = if candidates.is_empty() || spec.predicates.is_empty() {
         filter::apply(filter::predicate::NAME, candidates, |_| None)
     } else {
-        let predicates = filter::predicate::Predicates::compile(&spec.predicates)?;
+        let namespace = placement.metadata.namespace.as_deref().unwrap_or_default();
+        let predicates = filter::predicate::Predicates::compile(namespace, &spec.predicates)?;
         predicate_filter(&predicates, candidates, snapshot, deadline)?
     };
     out.filters.push(result);

@@ -257,3 +257,50 @@ fn an_expression_stops_soon_after_the_deadline() {
     );
     assert!(took < budget * 10, "stopped after {took:?}");
 }
+
+/// `[0,0,...]` with `n` elements, compared with a name (so that it holds `n` list nodes).
+fn list_of(n: usize) -> String {
+    format!(
+        "managedCluster.metadata.name in [{}]",
+        vec!["0"; n].join(",")
+    )
+}
+
+/// The largest `n` whose [`list_of`] holds at most `limit` bytes (the size grows linearly).
+fn largest_under(limit: usize) -> usize {
+    let size = |n: usize| compile(&[&list_of(n)]).unwrap().size();
+    let (one, two) = (size(1), size(2));
+    limit.saturating_sub(one) / (two - one) + 1
+}
+
+#[test]
+fn compiled_size_is_bounded_per_expression_and_per_selector() {
+    let n = largest_under(MAX_COMPILED_EXPRESSION_BYTES);
+    let fits = compile(&[&list_of(n)]).unwrap();
+    assert!(fits.size() <= MAX_COMPILED_EXPRESSION_BYTES);
+    assert!(fits.size() > MAX_COMPILED_EXPRESSION_BYTES - 1024);
+    let error = compile(&[&list_of(n + 1)]).err().unwrap_or_default();
+    assert!(
+        error.contains("celExpressions[0] compiles to about")
+            && error.contains("more than the limit of 1048576 bytes per expression"),
+        "{error}"
+    );
+    // Long string literals count by their bytes.
+    let string = |len: usize| format!("managedCluster.metadata.name != '{}'", "x".repeat(len));
+    assert!(compile(&[&string(90_000)]).unwrap().size() >= 90_000);
+
+    // A selector: four just-under expressions fit; a fifth, even a small one, does not.
+    let just_under = list_of(n);
+    let four = vec![just_under.as_str(); 4];
+    let fits = compile(&four).unwrap();
+    assert!(fits.size() <= MAX_COMPILED_PLACEMENT_BYTES);
+    let small = list_of(10);
+    assert!(fits.size() + compile(&[&small]).unwrap().size() > MAX_COMPILED_PLACEMENT_BYTES);
+    let error = compile(&[four, vec![small.as_str()]].concat())
+        .err()
+        .unwrap_or_default();
+    assert!(
+        error.contains("more than the limit of 4194304 bytes per Placement"),
+        "{error}"
+    );
+}
