@@ -37,6 +37,39 @@ use super::check;
 
 /// Charges its first argument (an int literal) plus the size of its second, which it returns.
 pub(super) const COST_FN: &str = "@cost";
+/// Charges its first argument (an int literal) only, and returns its second: for work whose size
+/// is known when the expression is compiled (building a list literal, `in` on one).
+pub(super) const CHARGE_FN: &str = "@charge";
+/// Like [`COST_FN`], measuring strings at the [`Rate::Scan`] rate.
+pub(super) const SCAN_FN: &str = "@scan";
+/// Bytes of string one unit pays for when an operation copies it or builds a new one (`+`,
+/// `split`, `join`, copying into a list...). What bounds an expression's allocations: 1,000,000
+/// units hold about 100 MB of strings, as many as list elements of the same budget.
+pub(super) const COPY_BYTES_PER_UNIT: usize = 100;
+/// Bytes of string one unit pays for when an operation only reads it (`==`, `<`, `contains`,
+/// `startsWith`, `endsWith`, map keys). Measured with the `cel_calibrate` example: about as much
+/// time as a loop iteration.
+pub(super) const SCAN_BYTES_PER_UNIT: usize = 1000;
+/// Bytes of input one unit pays for when a regular expression runs over it (slower per byte).
+pub(super) const REGEX_BYTES_PER_UNIT: usize = 10;
+
+/// How string bytes are charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rate {
+    /// Copied or built: [`COPY_BYTES_PER_UNIT`].
+    Copy,
+    /// Only read: [`SCAN_BYTES_PER_UNIT`].
+    Scan,
+}
+
+/// The units of string work over `len` bytes, besides the one for the value itself.
+pub(super) fn string_units(len: usize, rate: Rate) -> u64 {
+    let per_unit = match rate {
+        Rate::Copy => COPY_BYTES_PER_UNIT,
+        Rate::Scan => SCAN_BYTES_PER_UNIT,
+    };
+    (len / per_unit) as u64
+}
 /// `replace()`, charging the size of its result before building it.
 pub(super) const REPLACE_FN: &str = "@replace";
 /// `matches()`, charging the regex compile work before compiling, on RE2-compatible syntax.
@@ -61,6 +94,10 @@ pub(super) struct Meter {
     limit: u64,
     used: AtomicU64,
     exceeded: AtomicBool,
+    /// The caller's deadline passed during this evaluation.
+    interrupted: AtomicBool,
+    /// `used` when the deadline was last looked at.
+    looked_at: AtomicU64,
 }
 
 impl Meter {
@@ -69,6 +106,26 @@ impl Meter {
             limit,
             used: AtomicU64::new(0),
             exceeded: AtomicBool::new(false),
+            interrupted: AtomicBool::new(false),
+            looked_at: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn interrupted(&self) -> bool {
+        self.interrupted.load(Ordering::Relaxed)
+    }
+
+    /// Looks at `deadline` when [`super::DEADLINE_EVERY_UNITS`] or more were charged since the
+    /// last look; once it has passed, every further charge fails.
+    pub(super) fn look_at(&self, deadline: &dyn super::Deadline) {
+        let used = self.used();
+        if used.saturating_sub(self.looked_at.load(Ordering::Relaxed)) < super::DEADLINE_EVERY_UNITS
+        {
+            return;
+        }
+        self.looked_at.store(used, Ordering::Relaxed);
+        if deadline.passed() {
+            self.interrupted.store(true, Ordering::Relaxed);
         }
     }
 
@@ -85,6 +142,13 @@ impl Meter {
     }
 
     pub(super) fn charge(&self, units: u64) -> Result<(), ExecutionError> {
+        if self.interrupted() {
+            self.exceeded.store(true, Ordering::Relaxed);
+            return Err(ExecutionError::function_error(
+                COST_FN,
+                "operation cancelled: the deadline passed",
+            ));
+        }
         let used = self.used().saturating_add(units);
         self.used.store(used, Ordering::Relaxed);
         if used > self.limit {
@@ -123,20 +187,19 @@ pub(super) fn charge(
     ptx: &Context<'_, '_>,
     units: u64,
     value: Option<&dyn Val>,
+    rate: Rate,
 ) -> Result<(), ExecutionError> {
     let missing = || ExecutionError::function_error(COST_FN, "no cost meter in this evaluation");
     let meter = ptx.get_variable(METER_VAR).ok_or_else(missing)?;
     let meter = meter.downcast_ref::<Meter>().ok_or_else(missing)?;
-    let size = value.map_or(0, |v| value_cost(v, meter.remaining()));
+    let size = value.map_or(0, |v| value_cost(v, meter.remaining(), rate));
     meter.charge(units.saturating_add(size))
 }
 
 /// The size of a value in budget units, counting no further than a little past `cap`.
-pub(super) fn value_cost(value: &dyn Val, cap: u64) -> u64 {
-    fn text(len: usize) -> u64 {
-        1 + len as u64 / 10
-    }
-    fn scalar(value: &dyn Val) -> Option<u64> {
+pub(super) fn value_cost(value: &dyn Val, cap: u64, rate: Rate) -> u64 {
+    let text = |len: usize| 1 + string_units(len, rate);
+    let scalar = |value: &dyn Val| -> Option<u64> {
         if let Some(s) = value.downcast_ref::<CelString<'_>>() {
             Some(text(s.inner().len()))
         } else if let Some(b) = value.downcast_ref::<CelBytes<'_>>() {
@@ -149,7 +212,7 @@ pub(super) fn value_cost(value: &dyn Val, cap: u64) -> u64 {
         } else {
             Some(1)
         }
-    }
+    };
     // Most operands are scalars: no allocation for them.
     if let Some(cost) = scalar(value) {
         return cost;
@@ -163,7 +226,7 @@ pub(super) fn value_cost(value: &dyn Val, cap: u64) -> u64 {
             pending.extend(list.inner().iter().map(|v| v.as_ref()));
         } else if let Some(map) = value.downcast_ref::<CelMap<'_>>() {
             for (key, v) in map.inner() {
-                total = total.saturating_add(key_cost(key));
+                total = total.saturating_add(key_cost(key, rate));
                 pending.push(v.as_ref());
             }
         } else if let Some(optional) = value.downcast_ref::<CelOptional<'_>>() {
@@ -178,9 +241,9 @@ pub(super) fn value_cost(value: &dyn Val, cap: u64) -> u64 {
     total
 }
 
-fn key_cost(key: &CelMapKey<'_>) -> u64 {
+fn key_cost(key: &CelMapKey<'_>, rate: Rate) -> u64 {
     match key.inner().downcast_ref::<CelString<'_>>() {
-        Some(s) => 1 + s.inner().len() as u64 / 10,
+        Some(s) => 1 + string_units(s.inner().len(), rate),
         None => 1,
     }
 }
@@ -191,6 +254,73 @@ pub(super) struct Program {
     pub(super) expr: IdedExpr,
     /// Charged once per evaluation: the nodes outside comprehension loops.
     pub(super) base_cost: u64,
+    /// What the program holds, in bytes (estimated: see [`held_bytes`]).
+    pub(super) size: usize,
+}
+
+/// The memory one node of an expression tree holds besides its strings: the node and its share
+/// of the vectors and boxes that hold it (measured with the `cel_memory` example of
+/// placement-core: about 150 bytes a list element, instrumented).
+pub(super) const NODE_BYTES: usize = 160;
+
+/// What a program holds: [`NODE_BYTES`] per node (list and map elements included) plus the
+/// bytes of its strings (literals, names, fields, functions).
+pub(super) fn held_bytes(e: &IdedExpr) -> usize {
+    let mut total = 0usize;
+    let mut pending = vec![e];
+    while let Some(e) = pending.pop() {
+        total = total.saturating_add(NODE_BYTES);
+        match &e.expr {
+            Expr::Literal(LiteralValue::String(s)) => total += s.inner().len(),
+            Expr::Literal(LiteralValue::Bytes(b)) => total += b.inner().len(),
+            Expr::Literal(_) | Expr::Unspecified => {}
+            Expr::Ident(name) => total += name.len(),
+            Expr::Select(s) => {
+                total += s.field.len();
+                pending.push(&s.operand);
+            }
+            Expr::Call(c) => {
+                total += c.func_name.len();
+                pending.extend(c.target.as_deref());
+                pending.extend(c.args.iter());
+            }
+            Expr::List(l) => pending.extend(l.elements.iter()),
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    if let EntryExpr::MapEntry(e) = &entry.expr {
+                        pending.push(&e.key);
+                        pending.push(&e.value);
+                    }
+                }
+            }
+            Expr::Struct(st) => {
+                total += st.type_name.len();
+                for entry in &st.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(f) => {
+                            total += f.field.len();
+                            pending.push(&f.value);
+                        }
+                        EntryExpr::MapEntry(e) => {
+                            pending.push(&e.key);
+                            pending.push(&e.value);
+                        }
+                    }
+                }
+            }
+            Expr::Comprehension(c) => {
+                total += c.iter_var.len() + c.accu_var.len();
+                pending.extend([
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ]);
+            }
+        }
+    }
+    total
 }
 
 /// Rewrites a checked expression so that evaluating it charges the meter (see the module doc).
@@ -199,9 +329,12 @@ pub(super) fn instrument(expr: IdedExpr) -> Program {
     let mut rewriter = Rewriter {
         next_id: max_id(&expr) + 1,
     };
+    let expr = rewriter.rewrite(expr);
+    let size = held_bytes(&expr);
     Program {
-        expr: rewriter.rewrite(expr),
+        expr,
         base_cost,
+        size,
     }
 }
 
@@ -284,13 +417,15 @@ enum Policy {
     Free,
     /// Indexing: the key is hashed or compared, the container is not traversed.
     KeyOnly,
-    /// Work bounded by the smaller operand (`==`, `<`, `startsWith`): free when one operand is a
-    /// literal, whose size the expression's length already bounds.
+    /// Reading bounded by the smaller operand (`==`, `<`, `startsWith`): when one operand is a
+    /// literal, its size; otherwise both operands' (at the scan rate).
     SmallerOperand,
     /// `x in y`: bounded by a list literal on the right.
     In,
     /// `managedCluster.scores(name)`: the receiver is only read for its name.
     ArgumentsOnly,
+    /// Reads every operand, the receiver included, building nothing: `contains`.
+    Scan,
     /// Work that grows with every operand, the receiver included.
     All,
 }
@@ -309,7 +444,9 @@ fn policy(function: &str) -> Policy {
         | operators::MODULO
         | operators::OPT_SELECT
         | "hasValue"
-        | COST_FN => Policy::Free,
+        | COST_FN
+        | SCAN_FN
+        | CHARGE_FN => Policy::Free,
         operators::INDEX | operators::OPT_INDEX => Policy::KeyOnly,
         operators::EQUALS
         | operators::NOT_EQUALS
@@ -320,6 +457,7 @@ fn policy(function: &str) -> Policy {
         | "startsWith"
         | "endsWith" => Policy::SmallerOperand,
         operators::IN => Policy::In,
+        "contains" => Policy::Scan,
         "scores" => Policy::ArgumentsOnly,
         _ => Policy::All,
     }
@@ -350,16 +488,68 @@ impl Rewriter {
         }))
     }
 
-    /// `e`, charged for its size unless that is bounded by the expression itself.
+    /// `@charge(units, e)`, or `e` when `units` is zero.
+    fn charge_units(&mut self, units: u64, e: IdedExpr) -> IdedExpr {
+        if units == 0 {
+            return e;
+        }
+        let units = self.node(Expr::Literal(LiteralValue::Int(CelInt::from(
+            i64::try_from(units).unwrap_or(i64::MAX),
+        ))));
+        self.node(Expr::Call(CallExpr {
+            func_name: CHARGE_FN.to_owned(),
+            target: None,
+            args: vec![units, e],
+        }))
+    }
+
+    /// `e`, charged for its size at the copy rate.
     fn charged(&mut self, e: IdedExpr) -> IdedExpr {
+        self.charged_at(e, Rate::Copy)
+    }
+
+    /// `e`, charged for its size at `rate`: at run time, or statically for a string literal.
+    fn charged_at(&mut self, e: IdedExpr, rate: Rate) -> IdedExpr {
         let free = match &e.expr {
-            Expr::Literal(_) => true,
+            Expr::Literal(literal) => return self.charge_units(literal_units(literal, rate), e),
             // Comprehension accumulators (`@result`): charged where they are built.
             Expr::Ident(name) => name.starts_with('@'),
-            Expr::Call(c) => c.func_name == COST_FN,
+            // Already charged: measured, or a literal charged where it is built.
+            Expr::Call(c) => [COST_FN, SCAN_FN, CHARGE_FN].contains(&c.func_name.as_str()),
             _ => false,
         };
-        if free { e } else { self.wrap(0, e) }
+        if free {
+            e
+        } else if rate == Rate::Scan {
+            let e = self.wrap(0, e);
+            match e.expr {
+                Expr::Call(mut call) => {
+                    call.func_name = SCAN_FN.to_owned();
+                    IdedExpr {
+                        id: e.id,
+                        expr: Expr::Call(call),
+                    }
+                }
+                other => IdedExpr {
+                    id: e.id,
+                    expr: other,
+                },
+            }
+        } else {
+            self.wrap(0, e)
+        }
+    }
+
+    /// A list or map literal's elements: literal ones are paid for in `creation` (one unit each
+    /// plus their string work: building the list copies them), the others by their size.
+    fn element(&mut self, e: IdedExpr, creation: &mut u64) -> IdedExpr {
+        let e = self.rewrite(e);
+        if let Expr::Literal(literal) = &e.expr {
+            *creation = creation.saturating_add(1 + literal_units(literal, Rate::Copy));
+            e
+        } else {
+            self.charged(e)
+        }
     }
 
     fn rewrite(&mut self, e: IdedExpr) -> IdedExpr {
@@ -371,20 +561,32 @@ impl Rewriter {
                 Expr::Select(select)
             }
             Expr::List(mut list) => {
+                let mut creation = 0;
                 list.elements = std::mem::take(&mut list.elements)
                     .into_iter()
-                    .map(|e| {
-                        let e = self.rewrite(e);
-                        self.charged(e)
-                    })
+                    .map(|e| self.element(e, &mut creation))
                     .collect();
-                Expr::List(list)
+                let list = IdedExpr {
+                    id: e.id,
+                    expr: Expr::List(list),
+                };
+                return self.charge_units(creation, list);
             }
             Expr::Map(mut map) => {
+                let mut creation = 0;
                 for entry in &mut map.entries {
-                    self.entry(&mut entry.expr);
+                    if let EntryExpr::MapEntry(e) = &mut entry.expr {
+                        e.key = self.element(std::mem::take(&mut e.key), &mut creation);
+                        e.value = self.element(std::mem::take(&mut e.value), &mut creation);
+                    } else {
+                        self.entry(&mut entry.expr);
+                    }
                 }
-                Expr::Map(map)
+                let map = IdedExpr {
+                    id: e.id,
+                    expr: Expr::Map(map),
+                };
+                return self.charge_units(creation, map);
             }
             Expr::Struct(mut s) => {
                 for entry in &mut s.entries {
@@ -436,6 +638,13 @@ impl Rewriter {
                 args.insert(0, *receiver);
             }
         }
+        // `x in [...]` compares `x` with every element: the literal's length.
+        // `x in {...}` hashes `x` into a map literal, charged where it is built.
+        let (in_literal, in_map) = match (func_name.as_str(), args.get(1).map(|a| &a.expr)) {
+            (operators::IN, Some(Expr::List(l))) => (Some(l.elements.len() as u64), false),
+            (operators::IN, Some(Expr::Map(_))) => (None, true),
+            _ => (None, false),
+        };
         let mut target = target.map(|t| Box::new(self.rewrite(*t)));
         let mut args: Vec<IdedExpr> = args.into_iter().map(|a| self.rewrite(a)).collect();
 
@@ -444,22 +653,61 @@ impl Rewriter {
             Policy::Free => (false, false),
             Policy::KeyOnly => {
                 if let Some(key) = args.get_mut(1) {
-                    *key = self.charged(std::mem::take(key));
+                    *key = self.charged_at(std::mem::take(key), Rate::Scan);
                 }
                 (false, false)
             }
             Policy::SmallerOperand => {
                 let bounded = target.as_deref().is_some_and(literal) || args.iter().any(literal);
-                (!bounded, !bounded)
+                if bounded {
+                    // A literal bounds the work: charge the size of the first one only.
+                    let mut first = true;
+                    let mut scan_literal = |this: &mut Self, e: IdedExpr| {
+                        if first && literal(&e) {
+                            first = false;
+                            this.charged_at(e, Rate::Scan)
+                        } else {
+                            e
+                        }
+                    };
+                    if let Some(t) = target.take() {
+                        target = Some(Box::new(scan_literal(self, *t)));
+                    }
+                    args = args.into_iter().map(|a| scan_literal(self, a)).collect();
+                    (false, false)
+                } else {
+                    if let Some(t) = target.take() {
+                        target = Some(Box::new(self.charged_at(*t, Rate::Scan)));
+                    }
+                    args = args
+                        .into_iter()
+                        .map(|a| self.charged_at(a, Rate::Scan))
+                        .collect();
+                    (false, false)
+                }
             }
             Policy::In => {
-                let bounded = matches!(
-                    args.get(1).map(|a| &a.expr),
-                    Some(Expr::Literal(_) | Expr::List(_))
-                );
-                (false, !bounded)
+                if let Some(len) = in_literal
+                    && let Some(list) = args.get_mut(1)
+                {
+                    let list = std::mem::take(list);
+                    args[1] = self.charge_units(len, list);
+                    (false, false)
+                } else {
+                    (false, !in_map)
+                }
             }
             Policy::ArgumentsOnly => (false, true),
+            Policy::Scan => {
+                if let Some(t) = target.take() {
+                    target = Some(Box::new(self.charged_at(*t, Rate::Scan)));
+                }
+                args = args
+                    .into_iter()
+                    .map(|a| self.charged_at(a, Rate::Scan))
+                    .collect();
+                (false, false)
+            }
             Policy::All => (true, true),
         };
         if charge_target && let Some(t) = target.take() {
@@ -480,13 +728,9 @@ impl Rewriter {
         let per_iteration = (static_cost(&c.loop_cond) + static_cost(&c.loop_step)).max(1);
 
         let range = self.rewrite(std::mem::take(&mut c.iter_range));
-        // Binding each element copies it: charge the range, unless it is a list literal (whose
-        // elements are charged where they are built).
-        c.iter_range = if matches!(range.expr, Expr::List(_)) {
-            range
-        } else {
-            self.charged(range)
-        };
+        // Binding each element copies it: charge the range (a list literal is charged where it
+        // is built).
+        c.iter_range = self.charged(range);
         c.accu_init = self.rewrite(std::mem::take(&mut c.accu_init));
         c.result = self.rewrite(std::mem::take(&mut c.result));
 
@@ -538,6 +782,15 @@ impl Rewriter {
     }
 }
 
+/// The units a literal is charged for beyond its node: its string work.
+fn literal_units(literal: &LiteralValue, rate: Rate) -> u64 {
+    match literal {
+        LiteralValue::String(s) => string_units(s.inner().len(), rate),
+        LiteralValue::Bytes(b) => string_units(b.inner().len(), rate),
+        _ => 0,
+    }
+}
+
 /// The `map()` / `filter()` shape the `cel` crate evaluates in place (its `AppendStep`).
 fn is_append_step(c: &ComprehensionExpr) -> bool {
     let accu = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(n) if *n == c.accu_var);
@@ -562,6 +815,20 @@ fn is_append_step(c: &ComprehensionExpr) -> bool {
 pub(super) fn cost_fn<'c, 'v>(
     ftx: &mut FunctionContext<'c, 'v>,
 ) -> Result<CowVal<'c, 'v>, ExecutionError> {
+    measured(ftx, Rate::Copy)
+}
+
+/// `@scan(units, value)`: [`cost_fn`] at the scan rate.
+pub(super) fn scan_fn<'c, 'v>(
+    ftx: &mut FunctionContext<'c, 'v>,
+) -> Result<CowVal<'c, 'v>, ExecutionError> {
+    measured(ftx, Rate::Scan)
+}
+
+fn measured<'c, 'v>(
+    ftx: &mut FunctionContext<'c, 'v>,
+    rate: Rate,
+) -> Result<CowVal<'c, 'v>, ExecutionError> {
     let value = ftx
         .args
         .pop()
@@ -571,7 +838,24 @@ pub(super) fn cost_fn<'c, 'v>(
         .first()
         .and_then(|u| u.downcast_ref::<CelInt>())
         .map_or(0, |u| u64::try_from(*u.inner()).unwrap_or(0));
-    charge(ftx.ptx, units, Some(value.as_ref()))?;
+    charge(ftx.ptx, units, Some(value.as_ref()), rate)?;
+    Ok(value)
+}
+
+/// `@charge(units, value)`: charges `units` only, returns `value` as it got it.
+pub(super) fn charge_fn<'c, 'v>(
+    ftx: &mut FunctionContext<'c, 'v>,
+) -> Result<CowVal<'c, 'v>, ExecutionError> {
+    let value = ftx
+        .args
+        .pop()
+        .ok_or_else(|| ExecutionError::invalid_argument_count(2, 0))?;
+    let units = ftx
+        .args
+        .first()
+        .and_then(|u| u.downcast_ref::<CelInt>())
+        .map_or(0, |u| u64::try_from(*u.inner()).unwrap_or(0));
+    charge(ftx.ptx, units, None, Rate::Copy)?;
     Ok(value)
 }
 
@@ -612,7 +896,12 @@ pub(super) fn replace_fn<'c, 'v>(
     let count = limit.map_or(found, |n| n.min(found));
     let out_len =
         (s.len().saturating_sub(count * old.len())).saturating_add(count.saturating_mul(new.len()));
-    charge(ftx.ptx, 1 + out_len as u64 / 10, None)?;
+    charge(
+        ftx.ptx,
+        1 + string_units(out_len, Rate::Copy),
+        None,
+        Rate::Copy,
+    )?;
     let out = match limit {
         Some(n) => s.replacen(old, new, n),
         None => s.replace(old, new),
@@ -625,8 +914,10 @@ pub(super) fn replace_fn<'c, 'v>(
 pub(super) fn matches_fn(env: std::sync::Arc<cel::Env>) -> NativeFn {
     Box::new(move |ftx: &mut FunctionContext<'_, '_>| {
         let (s, pattern) = (string_arg(ftx, 0)?, string_arg(ftx, 1)?.inner());
-        let units = 1 + s.inner().len() as u64 / 10 + super::regex::compile_cost(pattern);
-        charge(ftx.ptx, units, None)?;
+        let units = 1
+            + (s.inner().len() / REGEX_BYTES_PER_UNIT) as u64
+            + super::regex::compile_cost(pattern);
+        charge(ftx.ptx, units, None, Rate::Copy)?;
         let args = vec![
             CowVal::Borrowed(s as &dyn Val),
             CowVal::owned(CelString::from(super::regex::to_rust_syntax(pattern))),

@@ -75,6 +75,16 @@ pub const PER_CALL_LIMIT: u64 = 1_000_000;
 /// expressions of a selector.
 pub const RUNTIME_COST_BUDGET: u64 = 10_000_000;
 
+/// The most memory one compiled expression may hold (estimated from what it holds after
+/// parsing: [`NODE_BYTES`](cost::NODE_BYTES) per tree node, list and map elements included,
+/// plus the bytes of its strings). About 6,000 list elements; ordinary expressions hold a few
+/// KiB.
+pub const MAX_COMPILED_EXPRESSION_BYTES: usize = 1 << 20;
+/// The most memory the compiled `celSelector` expressions of one Placement may hold, all its
+/// predicates together (placement-core checks the sum; [`CelSelector::compile`] stops as soon
+/// as one selector is over it).
+pub const MAX_COMPILED_PLACEMENT_BYTES: usize = 4 << 20;
+
 /// cel-go's default limit on the length of an expression, in code points.
 const MAX_SOURCE_SIZE: usize = 100_000;
 /// How deep an expression tree may nest, like cel-go's parser recursion limit. Evaluation
@@ -118,6 +128,7 @@ impl CelCluster {
 #[derive(Debug)]
 pub struct CelSelector {
     programs: Vec<Program>,
+    size: usize,
 }
 
 /// Why expressions did not compile.
@@ -129,9 +140,38 @@ pub enum CompileError {
     Transient(String),
 }
 
-/// The pass's CEL cost budget ran out while evaluating a cluster.
+/// Units charged between two looks at the caller's [`Deadline`] inside one evaluation: about a
+/// millisecond of work (see the `cel_calibrate` example).
+pub const DEADLINE_EVERY_UNITS: u64 = 10_000;
+
+/// When an evaluation must stop. This crate reads no clock: the caller's deadline does. It is
+/// looked at inside an evaluation, every [`DEADLINE_EVERY_UNITS`] units.
+pub trait Deadline: Sync {
+    fn passed(&self) -> bool;
+}
+
+/// No deadline.
+impl Deadline for () {
+    fn passed(&self) -> bool {
+        false
+    }
+}
+
+/// A closure, for callers that keep the clock: `&|| Instant::now() >= until`.
+impl<F: Fn() -> bool + Sync> Deadline for F {
+    fn passed(&self) -> bool {
+        self()
+    }
+}
+
+/// The pass's CEL budget ran out while evaluating a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolExhausted;
+pub enum PoolExhausted {
+    /// The cost pool is empty.
+    Cost,
+    /// The deadline passed (looked at inside the evaluation).
+    Time,
+}
 
 impl CelSelector {
     /// Compiles every expression; the first invalid one gives
@@ -145,25 +185,34 @@ impl CelSelector {
         } else {
             runtime.compile_all(expressions)?
         };
-        Ok(CelSelector { programs })
+        let size = programs.iter().map(|p| p.size).sum();
+        Ok(CelSelector { programs, size })
+    }
+
+    /// The memory the compiled expressions hold, in bytes (estimated as for
+    /// [`MAX_COMPILED_EXPRESSION_BYTES`]).
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     /// True when every expression evaluates to `true` for `cluster`.
     pub fn matches(&self, cluster: &CelCluster, scores: &dyn ScoreSource) -> bool {
         let mut unlimited = u64::MAX;
-        self.matches_within(cluster, scores, &mut unlimited)
+        self.matches_within(cluster, scores, &mut unlimited, &())
             .unwrap_or(false)
     }
 
     /// [`CelSelector::matches`], drawing the units spent from `pool`, the budget of the whole
-    /// pass. Each expression still gets at most upstream's per-call limit and the cluster at
-    /// most its per-cluster budget (running out of those makes the cluster not match, as
-    /// upstream); running out of the pool stops the pass: `Err`.
+    /// pass, and stopping once `deadline` has passed. Each expression still gets at most
+    /// upstream's per-call limit and the cluster at most its per-cluster budget (running out of
+    /// those makes the cluster not match, as upstream); running out of the pool or of time
+    /// stops the pass: `Err`.
     pub fn matches_within(
         &self,
         cluster: &CelCluster,
         scores: &dyn ScoreSource,
         pool: &mut u64,
+        deadline: &dyn Deadline,
     ) -> Result<bool, PoolExhausted> {
         let Ok(runtime) = RUNTIME.as_ref() else {
             return Ok(false); // unreachable: compile() fails first
@@ -176,13 +225,17 @@ impl CelSelector {
                 cluster,
                 scores,
                 meter: Meter::new(limit),
+                deadline,
             };
             let matched = runtime.evaluate(program, &activation);
             let used = activation.meter.used().min(limit);
             budget = budget.saturating_sub(used);
             *pool = pool.saturating_sub(used);
+            if activation.meter.interrupted() {
+                return Err(PoolExhausted::Time);
+            }
             if activation.meter.exceeded() && limit < own_limit {
-                return Err(PoolExhausted);
+                return Err(PoolExhausted::Cost);
             }
             if !matched {
                 return Ok(false);
@@ -190,6 +243,14 @@ impl CelSelector {
         }
         Ok(true)
     }
+}
+
+/// The message of a Placement whose compiled expressions hold more than
+/// [`MAX_COMPILED_PLACEMENT_BYTES`] (`total` so far: counting stops there).
+pub fn placement_too_big(total: usize) -> String {
+    format!(
+        "compilation failed: the celSelector expressions compile to about {total} bytes, more than the limit of {MAX_COMPILED_PLACEMENT_BYTES} bytes per Placement"
+    )
 }
 
 /// The environment and the root context, shared by every selector.
@@ -204,8 +265,10 @@ impl Runtime {
     fn new() -> Result<Runtime, String> {
         let env = Arc::new(library::new_env().map_err(|e| e.to_string())?);
         let mut context = Context::with_env(Arc::clone(&env));
-        let functions: [(&str, NativeFn); 4] = [
+        let functions: [(&str, NativeFn); 6] = [
             (cost::COST_FN, Box::new(cost::cost_fn)),
+            (cost::SCAN_FN, Box::new(cost::scan_fn)),
+            (cost::CHARGE_FN, Box::new(cost::charge_fn)),
             (cost::REPLACE_FN, Box::new(cost::replace_fn)),
             (cost::MATCHES_FN, cost::matches_fn(Arc::clone(&env))),
             ("scores", Box::new(scores_fn)),
@@ -241,11 +304,19 @@ impl Runtime {
                 .name("cel-compile".into())
                 .stack_size(COMPILE_STACK_SIZE)
                 .spawn_scoped(scope, || {
-                    sources
-                        .iter()
-                        .map(|source| self.compile_on_this_thread(source))
-                        .collect::<Result<Vec<_>, String>>()
-                        .map_err(CompileError::Invalid)
+                    let mut total = 0usize;
+                    let mut programs = Vec::with_capacity(sources.len());
+                    for (i, source) in sources.iter().enumerate() {
+                        let program = self
+                            .compile_on_this_thread(i, source)
+                            .map_err(CompileError::Invalid)?;
+                        total = total.saturating_add(program.size);
+                        if total > MAX_COMPILED_PLACEMENT_BYTES {
+                            return Err(CompileError::Invalid(placement_too_big(total)));
+                        }
+                        programs.push(program);
+                    }
+                    Ok(programs)
                 })
                 // Out of memory, address space or threads: not the expressions' fault.
                 .map_err(|e| {
@@ -262,7 +333,7 @@ impl Runtime {
         })
     }
 
-    fn compile_on_this_thread(&self, source: &str) -> Result<Program, String> {
+    fn compile_on_this_thread(&self, index: usize, source: &str) -> Result<Program, String> {
         let parsed = self.env.compile(source).map_err(|e| {
             format!(
                 "compilation failed: {}",
@@ -276,7 +347,14 @@ impl Runtime {
             MAX_DEPTH,
         )
         .map_err(|e| format!("compilation failed: {e}"))?;
-        Ok(cost::instrument(parsed.expression().clone()))
+        let program = cost::instrument(parsed.expression().clone());
+        if program.size > MAX_COMPILED_EXPRESSION_BYTES {
+            return Err(format!(
+                "compilation failed: celExpressions[{index}] compiles to about {} bytes, more than the limit of {MAX_COMPILED_EXPRESSION_BYTES} bytes per expression",
+                program.size
+            ));
+        }
+        Ok(program)
     }
 
     /// Whether `program` evaluates to `true` within the activation's budget.
@@ -300,13 +378,18 @@ struct Activation<'a> {
     cluster: &'a CelCluster,
     scores: &'a dyn ScoreSource,
     meter: Meter,
+    deadline: &'a dyn Deadline,
 }
 
 impl VariableResolver for Activation<'_> {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
         match variable {
             CLUSTER_VAR => Some(CowVal::Borrowed(self.cluster.value.as_ref())),
-            cost::METER_VAR => Some(CowVal::Borrowed(&self.meter)),
+            // Every charge asks for the meter: where the deadline is looked at.
+            cost::METER_VAR => {
+                self.meter.look_at(self.deadline);
+                Some(CowVal::Borrowed(&self.meter))
+            }
             _ => {
                 // Functions get no state of their own, only the context, so `scores` asks for
                 // the variable `@scores:<cluster name length>:<cluster name><resource name>`.
@@ -375,7 +458,7 @@ fn scores_fn<'c, 'v>(ftx: &mut FunctionContext<'c, 'v>) -> Result<CowVal<'c, 'v>
         ))
     })?;
     // Like upstream's cost estimator: the list and its maps.
-    cost::charge(ftx.ptx, 0, Some(list.as_ref()))?;
+    cost::charge(ftx.ptx, 0, Some(list.as_ref()), cost::Rate::Copy)?;
     Ok(CowVal::Owned(list.into_owned()))
 }
 

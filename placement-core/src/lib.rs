@@ -189,7 +189,8 @@ fn run<'a>(
     let (kept, result) = if candidates.is_empty() || spec.predicates.is_empty() {
         filter::apply(filter::predicate::NAME, candidates, |_| None)
     } else {
-        let predicates = filter::predicate::Predicates::compile(&spec.predicates)?;
+        let namespace = placement.metadata.namespace.as_deref().unwrap_or_default();
+        let predicates = filter::predicate::Predicates::compile(namespace, &spec.predicates)?;
         predicate_filter(&predicates, candidates, snapshot, deadline)?
     };
     out.filters.push(result);
@@ -383,8 +384,9 @@ fn annotation_of<'p>(placement: &'p Placement, key: &str) -> Option<&'p str> {
 }
 
 /// The Predicate filter within the pass's CEL budget ([`limits`]): the cost pool is shared by
-/// every cluster; the deadline is looked at every [`limits::DEADLINE_EVERY`] clusters, and
-/// after any cluster that took [`limits::DEADLINE_EVERY_UNITS`] or more since the last look.
+/// every cluster; the deadline is looked at every [`limits::DEADLINE_EVERY`] clusters, after
+/// any cluster that took [`limits::DEADLINE_EVERY_UNITS`] or more since the last look, and
+/// inside evaluations (every [`ocm_cel::DEADLINE_EVERY_UNITS`] units).
 fn predicate_filter<'a>(
     predicates: &filter::predicate::Predicates,
     candidates: Vec<&'a ClusterInfo>,
@@ -407,11 +409,12 @@ fn predicate_filter<'a>(
             }
             pool_at_look = pool;
         }
-        match predicates.check(c, snapshot, &mut pool) {
+        match predicates.check(c, snapshot, &mut pool, deadline) {
             Ok(None) => kept.push(c),
             Ok(Some(why)) => dropped.push((c.name.clone(), why)),
-            Err(ocm_cel::PoolExhausted) => {
-                return Err(limits::cel_budget_exceeded(&limits, false, i, total));
+            Err(exhausted) => {
+                let out_of_time = exhausted == ocm_cel::PoolExhausted::Time;
+                return Err(limits::cel_budget_exceeded(&limits, out_of_time, i, total));
             }
         }
     }

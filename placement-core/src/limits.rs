@@ -4,7 +4,9 @@
 //! - a CEL budget for the whole pass, over all clusters: cost units (the same units as
 //!   upstream's per-expression limit and per-cluster budget, see [`ocm_cel`]) and wall
 //!   time. The core reads no clock: the caller passes a [`Deadline`], looked at every
-//!   [`DEADLINE_EVERY`] clusters or [`DEADLINE_EVERY_UNITS`] units;
+//!   [`DEADLINE_EVERY`] clusters or [`DEADLINE_EVERY_UNITS`] units, and inside an evaluation
+//!   every [`ocm_cel::DEADLINE_EVERY_UNITS`] units (so one cluster's expression cannot run
+//!   past it);
 //! - the number of list items in the spec. Upstream's CRD bounds only `spreadConstraints`
 //!   (`maxItems: 8`, relied on for objects from the API server, and checked here too for
 //!   `simulate` files and debug what-ifs, which no CRD validates); every other list is
@@ -58,24 +60,10 @@ impl Default for Limits {
     }
 }
 
-/// When a pass must give up. The core never reads a clock; the caller's deadline does.
-pub trait Deadline {
-    fn passed(&self) -> bool;
-}
-
-/// No deadline.
-impl Deadline for () {
-    fn passed(&self) -> bool {
-        false
-    }
-}
-
-/// A closure, for callers that keep the clock: `&|| Instant::now() >= until`.
-impl<F: Fn() -> bool> Deadline for F {
-    fn passed(&self) -> bool {
-        self()
-    }
-}
+/// When a pass must give up. The core never reads a clock; the caller's deadline does (`()`
+/// for none, or a closure: `&|| Instant::now() >= until`). It is also looked at inside a CEL
+/// evaluation, every [`ocm_cel::DEADLINE_EVERY_UNITS`] units.
+pub use ocm_cel::Deadline;
 
 /// The CEL budget of one pass: what is left of the cost, and the deadline.
 pub struct CelBudget<'a> {

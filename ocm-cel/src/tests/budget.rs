@@ -104,3 +104,203 @@ fn deep_and_long_expressions_are_bounded() {
         .unwrap();
     assert!(evaluated);
 }
+
+/// `n` comma-separated ints from 0, as a list literal.
+fn ints(n: usize) -> String {
+    format!(
+        "[{}]",
+        (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+    )
+}
+
+#[test]
+fn operations_pay_for_the_sizes_they_work_on() {
+    let x = |n: usize| format!("'{}'", "x".repeat(n));
+    let entries = |n: usize| {
+        format!(
+            "{{{}}}",
+            (0..n)
+                .map(|i| format!("{i}: {i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    // (what, expression with a small operand, the same with a large one, units the large one
+    // must cost at least)
+    let cases: Vec<(&str, String, String, u64)> = vec![
+        // `in` on a list literal: building the list, then comparing with every element.
+        (
+            "in list literal",
+            format!("!(-1 in {})", ints(10)),
+            format!("!(-1 in {})", ints(10_000)),
+            20_000,
+        ),
+        // Building a list literal copies each element.
+        (
+            "list literal",
+            format!("size({}) > 0", ints(10)),
+            format!("size({}) > 0", ints(10_000)),
+            10_000,
+        ),
+        (
+            "map literal",
+            format!("size({}) > 0", entries(10)),
+            format!("size({}) > 0", entries(5_000)),
+            10_000,
+        ),
+        // Concatenation copies both operands (copy rate: 100 bytes a unit).
+        (
+            "string +",
+            format!("{} + {} != ''", x(10), x(10)),
+            format!("{} + {} != ''", x(50_000), x(40_000)),
+            900,
+        ),
+        // Reading: 1,000 bytes a unit.
+        (
+            "contains",
+            format!("!{}.contains('y')", x(10)),
+            format!("!{}.contains('y')", x(90_000)),
+            90,
+        ),
+        (
+            "== literals",
+            format!("{} != 'y'", x(10)),
+            format!("{} != '{}y'", x(45_000), "x".repeat(45_000)),
+            45,
+        ),
+        (
+            "startsWith",
+            format!("!{}.startsWith('y')", x(10)),
+            format!("!{}.startsWith('{}y')", x(50_000), "x".repeat(40_000)),
+            40,
+        ),
+        // A regular expression runs over its input at 10 bytes a unit.
+        (
+            "matches",
+            format!("{}.matches('^x+$')", x(10)),
+            format!("{}.matches('^x+$')", x(90_000)),
+            9_000,
+        ),
+        // Index keys are hashed.
+        (
+            "index key",
+            format!("!has({{'a': 1}}.b) || {{'a': 1}}[{}] > 0", x(1)),
+            format!("{{{}: 1}}[{}] == 1", x(90_000 / 2), x(90_000 / 2)),
+            90,
+        ),
+    ];
+    for (what, small, large, at_least) in cases {
+        let (s, l) = (cost(&small), cost(&large));
+        assert!(s < 100, "{what}: {s} units for the small one");
+        assert!(
+            l >= at_least,
+            "{what}: {l} units, expected at least {at_least}"
+        );
+    }
+}
+
+/// Ten true expressions, each spending over half of upstream's per-call limit.
+fn ten_limits() -> Vec<String> {
+    let l = hundred();
+    let expression = format!("{l}.all(a, {l}.all(b, [0,1,2,3,4,5,6,7,8,9].all(c, c >= 0)))");
+    let units = cost(&expression);
+    assert!(
+        (PER_CALL_LIMIT / 2..PER_CALL_LIMIT).contains(&units),
+        "{units}"
+    );
+    vec![expression; 10]
+}
+
+#[test]
+fn the_deadline_is_looked_at_inside_an_expression() {
+    let selector = CelSelector::compile(&ten_limits()).unwrap();
+    let cluster = CelCluster::new(&test_cluster());
+    // Passes on the third look: after two lots of DEADLINE_EVERY_UNITS.
+    for passes_at in [1u64, 3, 50] {
+        let looks = std::sync::atomic::AtomicU64::new(0);
+        let deadline = || looks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= passes_at;
+        let mut pool = u64::MAX;
+        let got = selector.matches_within(&cluster, &scores(&[]), &mut pool, &deadline);
+        assert_eq!(got, Err(PoolExhausted::Time));
+        let used = u64::MAX - pool;
+        let looked_at = passes_at * DEADLINE_EVERY_UNITS;
+        // A look once DEADLINE_EVERY_UNITS more were charged, at the next charge (a loop
+        // iteration's few units): a little later each time.
+        assert!(
+            (looked_at..looked_at + 20 * passes_at + 100).contains(&used),
+            "deadline passed at look {passes_at}: {used} units"
+        );
+    }
+    // A deadline that never passes changes nothing.
+    let mut pool = u64::MAX;
+    let got = selector.matches_within(&cluster, &scores(&[]), &mut pool, &|| false);
+    assert_eq!(got, Ok(true));
+    assert_eq!(u64::MAX - pool, 10 * cost(&ten_limits()[0]));
+}
+
+#[test]
+fn an_expression_stops_soon_after_the_deadline() {
+    // Would run for seconds (unoptimised build): ten expressions at upstream's per-call limit.
+    let selector = CelSelector::compile(&ten_limits()).unwrap();
+    let cluster = CelCluster::new(&test_cluster());
+    let budget = std::time::Duration::from_millis(50);
+    let started = std::time::Instant::now();
+    let until = started + budget;
+    let deadline = || std::time::Instant::now() >= until;
+    let mut pool = u64::MAX;
+    let got = selector.matches_within(&cluster, &scores(&[]), &mut pool, &deadline);
+    let took = started.elapsed();
+    assert_eq!(got, Err(PoolExhausted::Time));
+    assert!(
+        u64::MAX - pool < 10 * cost(&ten_limits()[0]),
+        "every expression ran"
+    );
+    assert!(took < budget * 10, "stopped after {took:?}");
+}
+
+/// `[0,0,...]` with `n` elements, compared with a name (so that it holds `n` list nodes).
+fn list_of(n: usize) -> String {
+    format!(
+        "managedCluster.metadata.name in [{}]",
+        vec!["0"; n].join(",")
+    )
+}
+
+/// The largest `n` whose [`list_of`] holds at most `limit` bytes (the size grows linearly).
+fn largest_under(limit: usize) -> usize {
+    let size = |n: usize| compile(&[&list_of(n)]).unwrap().size();
+    let (one, two) = (size(1), size(2));
+    limit.saturating_sub(one) / (two - one) + 1
+}
+
+#[test]
+fn compiled_size_is_bounded_per_expression_and_per_selector() {
+    let n = largest_under(MAX_COMPILED_EXPRESSION_BYTES);
+    let fits = compile(&[&list_of(n)]).unwrap();
+    assert!(fits.size() <= MAX_COMPILED_EXPRESSION_BYTES);
+    assert!(fits.size() > MAX_COMPILED_EXPRESSION_BYTES - 1024);
+    let error = compile(&[&list_of(n + 1)]).err().unwrap_or_default();
+    assert!(
+        error.contains("celExpressions[0] compiles to about")
+            && error.contains("more than the limit of 1048576 bytes per expression"),
+        "{error}"
+    );
+    // Long string literals count by their bytes.
+    let string = |len: usize| format!("managedCluster.metadata.name != '{}'", "x".repeat(len));
+    assert!(compile(&[&string(90_000)]).unwrap().size() >= 90_000);
+
+    // A selector: four just-under expressions fit; a fifth, even a small one, does not.
+    let just_under = list_of(n);
+    let four = vec![just_under.as_str(); 4];
+    let fits = compile(&four).unwrap();
+    assert!(fits.size() <= MAX_COMPILED_PLACEMENT_BYTES);
+    let small = list_of(10);
+    assert!(fits.size() + compile(&[&small]).unwrap().size() > MAX_COMPILED_PLACEMENT_BYTES);
+    let error = compile(&[four, vec![small.as_str()]].concat())
+        .err()
+        .unwrap_or_default();
+    assert!(
+        error.contains("more than the limit of 4194304 bytes per Placement"),
+        "{error}"
+    );
+}

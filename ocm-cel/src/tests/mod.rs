@@ -80,6 +80,7 @@ pub(super) fn cost(expression: &str) -> u64 {
         cluster: &cluster,
         scores: &scores(&[]),
         meter: Meter::new(u64::MAX),
+        deadline: &(),
     };
     let runtime = RUNTIME.as_ref().unwrap();
     runtime.evaluate(&selector.programs[0], &activation);

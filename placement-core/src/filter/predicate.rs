@@ -8,6 +8,7 @@ use ocm_api::cluster::v1beta1::ClusterPredicate;
 use ocm_api::selector::Selector;
 
 use super::DropReason;
+use crate::limits::Deadline;
 use crate::snapshot::ClusterInfo;
 use crate::status::{Code, Status};
 use ocm_cel::{CelSelector, CompileError, PoolExhausted, ScoreSource};
@@ -20,31 +21,130 @@ struct Compiled {
     cel: Option<Arc<CelSelector>>,
 }
 
-/// Compiled CEL selectors by their expressions. Compiling costs far more than evaluating
-/// (about 130 µs), and the same placements are scheduled again and again; a pure cache of a
-/// pure function, bounded by clearing it when full. Only deterministic results are cached:
-/// a compiler that could not run says nothing about the expressions.
+/// A compile result: the selector, or why the expressions are invalid (deterministic).
 type CompiledCel = Result<Arc<CelSelector>, String>;
-static CEL_CACHE: LazyLock<Mutex<HashMap<Vec<String>, CompiledCel>>> =
-    LazyLock::new(Mutex::default);
-const CEL_CACHE_LIMIT: usize = 4096;
 
-fn compile_cel(expressions: &[String]) -> Result<Arc<CelSelector>, CompileError> {
-    if let Ok(cache) = CEL_CACHE.lock()
-        && let Some(hit) = cache.get(expressions)
-    {
-        return hit.clone().map_err(CompileError::Invalid);
+/// The memory all cached CEL selectors may hold (their [`CelSelector::size`] plus their
+/// expressions).
+pub const CEL_CACHE_BYTES: usize = 64 << 20;
+/// The memory the cached selectors of one namespace may hold: a namespace that needs more
+/// drops its own entries, never another namespace's.
+pub const CEL_CACHE_NAMESPACE_BYTES: usize = 16 << 20;
+/// Entries one namespace may hold, however small.
+pub const CEL_CACHE_NAMESPACE_ENTRIES: usize = 1024;
+/// What an entry costs beyond its selector and expressions (the map slot, the key vector).
+const ENTRY_BYTES: usize = 256;
+
+/// Compiled CEL selectors by namespace and expressions. Compiling costs far more than
+/// evaluating (about 130 µs), and the same placements are scheduled again and again; a pure
+/// cache of a pure function. Only deterministic results are cached: a compiler that could not
+/// run says nothing about the expressions. Bounded by memory, per namespace and in all, so that
+/// no tenant can flush another's entries by filling the cache: a namespace over its share
+/// clears its own entries; over the total, the namespace holding the most is cleared. The same
+/// expressions in two namespaces share one compiled selector (each namespace is charged for it).
+#[derive(Default)]
+struct CelCache {
+    namespaces: HashMap<String, Namespace>,
+    bytes: usize,
+    limits: CacheLimits,
+}
+
+#[derive(Clone, Copy)]
+struct CacheLimits {
+    total: usize,
+    namespace: usize,
+    entries: usize,
+}
+
+impl Default for CacheLimits {
+    fn default() -> Self {
+        Self {
+            total: CEL_CACHE_BYTES,
+            namespace: CEL_CACHE_NAMESPACE_BYTES,
+            entries: CEL_CACHE_NAMESPACE_ENTRIES,
+        }
     }
-    let compiled = match CelSelector::compile(expressions) {
-        Ok(c) => Ok(Arc::new(c)),
-        Err(CompileError::Invalid(m)) => Err(m),
-        Err(transient @ CompileError::Transient(_)) => return Err(transient),
+}
+
+#[derive(Default)]
+struct Namespace {
+    entries: HashMap<Vec<String>, (CompiledCel, usize)>,
+    bytes: usize,
+}
+
+impl CelCache {
+    fn get(&self, namespace: &str, expressions: &[String]) -> Option<CompiledCel> {
+        let ns = self.namespaces.get(namespace)?;
+        ns.entries.get(expressions).map(|(c, _)| c.clone())
+    }
+
+    /// The same expressions compiled for another namespace.
+    fn shared(&self, expressions: &[String]) -> Option<CompiledCel> {
+        self.namespaces
+            .values()
+            .find_map(|ns| ns.entries.get(expressions).map(|(c, _)| c.clone()))
+    }
+
+    fn insert(&mut self, namespace: &str, expressions: &[String], compiled: CompiledCel) {
+        let size = ENTRY_BYTES
+            + expressions.iter().map(String::len).sum::<usize>()
+            + match &compiled {
+                Ok(c) => c.size(),
+                Err(m) => m.len(),
+            };
+        if size > self.limits.namespace || size > self.limits.total {
+            return;
+        }
+        let limits = self.limits;
+        let ns = self.namespaces.entry(namespace.to_owned()).or_default();
+        if ns.bytes + size > limits.namespace || ns.entries.len() >= limits.entries {
+            self.bytes -= ns.bytes;
+            ns.entries.clear();
+            ns.bytes = 0;
+        }
+        while self.bytes + size > limits.total {
+            let Some(largest) = self
+                .namespaces
+                .iter()
+                .max_by_key(|(_, ns)| ns.bytes)
+                .map(|(name, _)| name.clone())
+            else {
+                break;
+            };
+            if let Some(ns) = self.namespaces.remove(&largest) {
+                self.bytes -= ns.bytes;
+            }
+        }
+        let ns = self.namespaces.entry(namespace.to_owned()).or_default();
+        if let Some((_, old)) = ns.entries.insert(expressions.to_vec(), (compiled, size)) {
+            ns.bytes -= old;
+            self.bytes -= old;
+        }
+        ns.bytes += size;
+        self.bytes += size;
+    }
+}
+
+static CEL_CACHE: LazyLock<Mutex<CelCache>> = LazyLock::new(Mutex::default);
+
+fn compile_cel(namespace: &str, expressions: &[String]) -> Result<Arc<CelSelector>, CompileError> {
+    let cached = CEL_CACHE.lock().ok().and_then(|cache| {
+        cache
+            .get(namespace, expressions)
+            .map(|hit| (hit, true))
+            .or_else(|| cache.shared(expressions).map(|hit| (hit, false)))
+    });
+    let compiled = match cached {
+        Some((hit, true)) => return hit.map_err(CompileError::Invalid),
+        Some((shared, false)) => shared,
+        None => match CelSelector::compile(expressions) {
+            Ok(c) => Ok(Arc::new(c)),
+            Err(CompileError::Invalid(m)) => Err(m),
+            Err(transient @ CompileError::Transient(_)) => return Err(transient),
+        },
     };
     if let Ok(mut cache) = CEL_CACHE.lock() {
-        if cache.len() >= CEL_CACHE_LIMIT {
-            cache.clear();
-        }
-        cache.insert(expressions.to_vec(), compiled.clone());
+        cache.insert(namespace, expressions, compiled.clone());
     }
     compiled.map_err(CompileError::Invalid)
 }
@@ -55,11 +155,14 @@ pub struct Predicates {
 }
 
 impl Predicates {
-    /// Compiles every selector; a bad one makes the Placement misconfigured, a compiler that
-    /// could not run makes the pass [`Code::Transient`].
-    pub fn compile(predicates: &[ClusterPredicate]) -> Result<Self, Status> {
+    /// Compiles every selector of a Placement in `namespace` (the CEL cache's share); a bad one,
+    /// or CEL selectors holding more than [`ocm_cel::MAX_COMPILED_PLACEMENT_BYTES`] in all,
+    /// make the Placement misconfigured; a compiler that could not run makes the pass
+    /// [`Code::Transient`].
+    pub fn compile(namespace: &str, predicates: &[ClusterPredicate]) -> Result<Self, Status> {
         let bad = |m: String| Status::misconfigured(NAME, m);
         let mut compiled = Vec::with_capacity(predicates.len());
+        let mut cel_bytes = 0usize;
         for p in predicates {
             let s = &p.required_cluster_selector;
             let labels =
@@ -70,10 +173,15 @@ impl Predicates {
             let cel = if exprs.is_empty() {
                 None
             } else {
-                Some(compile_cel(exprs).map_err(|e| match e {
+                let cel = compile_cel(namespace, exprs).map_err(|e| match e {
                     CompileError::Invalid(m) => bad(m),
                     CompileError::Transient(m) => Status::new(Code::Transient, NAME, m),
-                })?)
+                })?;
+                cel_bytes = cel_bytes.saturating_add(cel.size());
+                if cel_bytes > ocm_cel::MAX_COMPILED_PLACEMENT_BYTES {
+                    return Err(bad(ocm_cel::placement_too_big(cel_bytes)));
+                }
+                Some(cel)
             };
             compiled.push(Compiled {
                 labels,
@@ -94,12 +202,13 @@ impl Predicates {
     }
 
     /// `None` when the cluster passes; otherwise why each predicate refused it. CEL draws
-    /// from `pool`, the pass's budget; `Err` when it ran out.
+    /// from `pool`, the pass's budget, within `deadline`; `Err` when either ran out.
     pub fn check(
         &self,
         cluster: &ClusterInfo,
         scores: &dyn ScoreSource,
         pool: &mut u64,
+        deadline: &dyn Deadline,
     ) -> Result<Option<DropReason>, PoolExhausted> {
         if self.compiled.is_empty() {
             return Ok(None);
@@ -111,7 +220,7 @@ impl Predicates {
             } else if !p.claims.matches(&cluster.claims) {
                 Some("claimSelector")
             } else if let Some(cel) = &p.cel
-                && !cel.matches_within(cluster.cel(), scores, pool)?
+                && !cel.matches_within(cluster.cel(), scores, pool, deadline)?
             {
                 Some("celSelector")
             } else {
@@ -123,5 +232,83 @@ impl Predicates {
             }
         }
         Ok(Some(DropReason::Predicates(misses)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exprs(i: usize) -> Vec<String> {
+        vec![format!("managedCluster.metadata.name != 'c{i}'")]
+    }
+
+    fn compiled(i: usize) -> CompiledCel {
+        CelSelector::compile(&exprs(i))
+            .map(Arc::new)
+            .map_err(|e| format!("{e:?}"))
+    }
+
+    #[test]
+    fn one_namespace_filling_the_cache_does_not_evict_another() {
+        let one = ENTRY_BYTES + exprs(0)[0].len() + compiled(0).map_or(0, |c| c.size());
+        let mut cache = CelCache {
+            limits: CacheLimits {
+                total: 40 * one,
+                namespace: 10 * one,
+                entries: 1024,
+            },
+            ..CelCache::default()
+        };
+        cache.insert("b", &exprs(0), compiled(0));
+        // Namespace a compiles ever new expressions: its share fills and is cleared, again
+        // and again; b keeps its entry. (Four namespaces fill the total: the largest goes.)
+        for i in 1..200 {
+            cache.insert("a", &exprs(i), compiled(i));
+            assert!(cache.get("b", &exprs(0)).is_some(), "evicted after {i}");
+        }
+        assert!(cache.get("a", &exprs(199)).is_some());
+        assert!(cache.bytes <= 40 * one);
+        for ns in ["c", "d", "e", "f"] {
+            for i in 0..10 {
+                cache.insert(ns, &exprs(i), compiled(i));
+            }
+        }
+        assert!(cache.bytes <= 40 * one);
+        assert!(
+            cache.get("b", &exprs(0)).is_some(),
+            "the smallest namespace was evicted"
+        );
+        // Another namespace finds the compiled selector to share (compile_cel does).
+        assert!(cache.get("g", &exprs(0)).is_none());
+        assert!(matches!(cache.shared(&exprs(0)), Some(Ok(_))));
+    }
+
+    #[test]
+    fn a_placement_is_refused_past_its_compiled_size_limit() {
+        // Three predicates whose selectors each hold about 1.5 MiB: two fit, three do not.
+        let n = 4_500;
+        let list = format!(
+            "managedCluster.metadata.name in [{}]",
+            vec!["0"; n].join(",")
+        );
+        let selector = CelSelector::compile(&[list.clone(), list.clone()]).unwrap();
+        let two_mib = selector.size();
+        assert!((1 << 20..2 << 20).contains(&two_mib), "{two_mib}");
+        let predicate: ClusterPredicate = serde_json::from_value(serde_json::json!({
+            "requiredClusterSelector": {"celSelector": {"celExpressions": [list, list]}}
+        }))
+        .unwrap();
+        assert!(Predicates::compile("limits", &vec![predicate.clone(); 2]).is_ok());
+        let Err(status) = Predicates::compile("limits", &vec![predicate; 3]) else {
+            panic!("compiled");
+        };
+        assert!(
+            status
+                .message
+                .contains("more than the limit of 4194304 bytes per Placement"),
+            "{}",
+            status.message
+        );
     }
 }

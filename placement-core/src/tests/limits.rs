@@ -2,7 +2,7 @@
 //! budget (cost and time), and a compiler that cannot run. Each stops the pass without
 //! touching the current decisions.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
@@ -258,11 +258,8 @@ fn the_deadline_is_looked_at_every_sixteen_clusters() {
     // (calls answered "not yet", clusters done when it passed)
     for (not_yet, done) in [(0usize, 0usize), (1, 16), (2, 32)] {
         let (w, p) = decided(40, Limits::default());
-        let calls = Cell::new(0usize);
-        let deadline = || {
-            calls.set(calls.get() + 1);
-            calls.get() > not_yet
-        };
+        let calls = AtomicUsize::new(0);
+        let deadline = || calls.fetch_add(1, Ordering::Relaxed) + 1 > not_yet;
         let out = held(&w, &p, cel_spec(FIVE_UNITS), &deadline);
         let (_, reason, message) = condition(&out, "PlacementSatisfied");
         assert_eq!(reason, "CELBudgetExceeded");
@@ -273,18 +270,15 @@ fn the_deadline_is_looked_at_every_sixteen_clusters() {
             )
         );
     }
-    // An expensive selector (upstream's whole per-call limit per cluster): looked at after
-    // every cluster.
+    // An expensive selector (upstream's whole per-call limit per cluster): looked at inside
+    // the evaluation, which stops in the first cluster.
     let (w, p) = decided(3, Limits::default());
-    let calls = Cell::new(0usize);
-    let deadline = || {
-        calls.set(calls.get() + 1);
-        calls.get() > 1
-    };
+    let calls = AtomicUsize::new(0);
+    let deadline = || calls.fetch_add(1, Ordering::Relaxed) + 1 > 1;
     let out = held(&w, &p, cel_spec(&runaway()), &deadline);
     let (_, _, message) = condition(&out, "PlacementSatisfied");
     assert!(
-        message.contains("time budget (5s) after 1 of 3 clusters"),
+        message.contains("time budget (5s) after 0 of 3 clusters"),
         "{message}"
     );
     // Without CEL the deadline is not asked.
@@ -404,4 +398,35 @@ fn condition_messages_fit_the_schema() {
     }
     let (_, _, m) = condition(&o, "PlacementMisconfigured");
     assert!(m.ends_with("...(truncated)"));
+}
+
+#[test]
+fn one_clusters_selector_stops_at_the_deadline() {
+    // One cluster, ten expressions that each spend most of upstream's per-call limit: the whole
+    // per-cluster budget, seconds in an unoptimised build. The deadline is looked at inside
+    // the evaluation, so the pass stops soon after it, in the first cluster.
+    let (w, p) = decided(1, Limits::default());
+    let l = format!(
+        "[{}]",
+        (0..100)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let expression = format!("{l}.all(a, {l}.all(b, [0,1,2,3,4,5,6,7].all(c, c >= 0)))");
+    let spec = json!({"predicates": [{"requiredClusterSelector": {"celSelector": {
+        "celExpressions": vec![expression; 10]}}}]});
+    let budget = std::time::Duration::from_millis(50);
+    let started = std::time::Instant::now();
+    let until = started + budget;
+    let deadline = || std::time::Instant::now() >= until;
+    let out = held(&w, &p, spec, &deadline);
+    let took = started.elapsed();
+    let (_, reason, message) = condition(&out, "PlacementSatisfied");
+    assert_eq!(reason, "CELBudgetExceeded");
+    assert!(
+        message.contains("time budget (5s) after 0 of 1 clusters"),
+        "{message}"
+    );
+    assert!(took < budget * 10, "stopped after {took:?}");
 }
