@@ -605,3 +605,80 @@ async fn a_renewed_score_that_changes_nothing_schedules_nothing() {
         "60 renewals and one change of value"
     );
 }
+
+/// A tenant allowed only Placements in its namespace (an impersonated user, real RBAC) creates
+/// one whose celSelector holds a 45,000-element list literal: legal to the CRD, but compiled it
+/// would hold megabytes (sixteen such took the scheduler past 900 MB resident). It is refused
+/// before it is kept: `PlacementMisconfigured=True` names the per-expression limit, and the
+/// other Placement in the namespace is still scheduled. Before, it compiled, and was cached.
+#[tokio::test]
+async fn a_tenants_selector_past_the_compiled_size_limit_is_refused() {
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+    use kube::api::{ObjectMeta, PostParams};
+    let hub = Hub::new("pl-cel-size").await;
+    hub.clusters(&["a", "b"], json!({})).await;
+    let tenant = format!("tenant-{}", hub.ns);
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some("placements".into()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["cluster.open-cluster-management.io".into()]),
+            resources: Some(vec!["placements".into()]),
+            verbs: vec!["create".into(), "get".into()],
+            ..Default::default()
+        }]),
+    };
+    Api::<Role>::namespaced(hub.client.clone(), &hub.ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("placements".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: "placements".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: tenant.clone(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(hub.client.clone(), &hub.ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let as_tenant = testenv::shared()
+        .await
+        .client_as(&tenant, &["system:authenticated"])
+        .unwrap();
+    // Within the 100,000 code points an expression may have.
+    let expression = format!("1 in [{}]", vec!["0"; 45_000].join(","));
+    let big: ocm_api::Placement = serde_json::from_value(json!({
+        "metadata": {"name": "big", "namespace": hub.ns},
+        "spec": {"predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": [expression]}}}]},
+    }))
+    .unwrap();
+    let placements: Api<ocm_api::Placement> = Api::namespaced(as_tenant, &hub.ns);
+    eventually("the tenant's grant to be seen", || async {
+        placements.create(&PostParams::default(), &big).await.ok()
+    })
+    .await;
+    let message = hub
+        .expect_condition("big", MISCONFIGURED, "True", "Misconfigured")
+        .await;
+    assert!(
+        message.contains("bytes per expression"),
+        "the message names the limit: {message}"
+    );
+    hub.placement("normal", json!({"numberOfClusters": 1}))
+        .await;
+    hub.expect_count("normal", 1).await;
+}
