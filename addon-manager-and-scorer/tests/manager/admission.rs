@@ -118,11 +118,7 @@ async fn the_manager_token_writes_only_the_agent_into_cluster_namespaces() {
     let pod = "may run only the agent's pod";
     let container = "may run no privileged container";
 
-    let kube_system_work = work_json(
-        addon,
-        "kube-system",
-        &renderings(addon, "kube-system")[0].1,
-    );
+    let kube_system_work = work_json(addon, "kube-system", &renderings(addon, "kube-system")[0].1);
     creates.push((
         "the add-on's ManifestWork in kube-system".into(),
         kube_system_work,
@@ -340,10 +336,16 @@ async fn the_manager_token_writes_only_the_agent_into_cluster_namespaces() {
         for (what, r) in renderings.iter().chain(renderings.iter().rev()) {
             if let Some(m) = outcome(
                 works(cluster)
-                    .patch(&work_name, &apply, &Patch::Apply(work_json(addon, cluster, r)))
+                    .patch(
+                        &work_name,
+                        &apply,
+                        &Patch::Apply(work_json(addon, cluster, r)),
+                    )
                     .await,
             ) {
-                failures.push(format!("apply the manager's rendering ({what}) in {cluster}: {m}"));
+                failures.push(format!(
+                    "apply the manager's rendering ({what}) in {cluster}: {m}"
+                ));
             }
         }
     }
@@ -351,7 +353,10 @@ async fn the_manager_token_writes_only_the_agent_into_cluster_namespaces() {
     // Updates of the stored work, by server-side apply (dry run).
     let mut dry_apply = apply.clone();
     dry_apply.dry_run = true;
-    for (what, w, message) in creates.iter().filter(|(_, w, _)| w["metadata"]["namespace"] == c1.as_str()) {
+    for (what, w, message) in creates
+        .iter()
+        .filter(|(_, w, _)| w["metadata"]["namespace"] == c1.as_str())
+    {
         match outcome(
             works(&c1)
                 .patch(&work_name, &dry_apply, &Patch::Apply(w))
