@@ -11,9 +11,30 @@ use ocm_api::ManagedCluster;
 use serde_json::json;
 use testenv::ControlPlane;
 
-/// A managed cluster the hub accepts, with its namespace (named from `prefix`); its name.
-pub async fn accepted_cluster(client: &Client, prefix: &str) -> String {
+/// OCM's registration labels the namespace it makes for cluster `<c>` with this label, value
+/// `<c>` (ocm `pkg/registration/hub/managedcluster/controller.go`); the manager's admission
+/// policy takes only namespaces so labelled for cluster namespaces.
+pub const CLUSTER_NAME_LABEL: &str = "open-cluster-management.io/cluster-name";
+
+/// A namespace named from `prefix`, labelled as OCM's registration labels a cluster's
+/// namespace; its name.
+pub async fn cluster_namespace(client: &Client, prefix: &str) -> String {
     let name = testenv::namespace(client, prefix).await.expect("namespace");
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {CLUSTER_NAME_LABEL: name}}})),
+        )
+        .await
+        .expect("label the cluster namespace");
+    name
+}
+
+/// A managed cluster the hub accepts, with its namespace (named from `prefix`, labelled as
+/// OCM labels it); its name.
+pub async fn accepted_cluster(client: &Client, prefix: &str) -> String {
+    let name = cluster_namespace(client, prefix).await;
     let c: ManagedCluster = serde_json::from_value(json!({
         "apiVersion": "cluster.open-cluster-management.io/v1",
         "kind": "ManagedCluster",

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admission;
 mod agent;
 mod binary;
 mod config_refs;

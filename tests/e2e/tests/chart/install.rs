@@ -241,7 +241,10 @@ async fn run_as_the_chart(cp: &ControlPlane, ns: &str) {
             "",
         ),
         (
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster}}),
+            // Labelled as OCM's registration labels a cluster's namespace (the manager's
+            // admission policy writes nowhere else): the quota is what refuses the work.
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster,
+                "labels": {"open-cluster-management.io/cluster-name": cluster}}}),
             "",
         ),
         (
