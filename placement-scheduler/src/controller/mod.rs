@@ -100,6 +100,23 @@ impl Leader for AlwaysLeader {
     }
 }
 
+/// The Balance turns, by namespace.
+#[derive(Default)]
+pub(crate) struct BalanceTurns(Mutex<HashMap<Arc<str>, Arc<tokio::sync::Mutex<()>>>>);
+
+impl BalanceTurns {
+    /// The turn of `namespace` (namespaces whose turn nobody holds or waits for are forgotten
+    /// when another is added, so the map holds the busy ones).
+    pub(crate) fn of(&self, namespace: &Arc<str>) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = lock(&self.0);
+        if let Some(t) = turns.get(namespace) {
+            return t.clone();
+        }
+        turns.retain(|_, t| Arc::strong_count(t) > 1);
+        turns.entry(namespace.clone()).or_default().clone()
+    }
+}
+
 /// How the controller runs.
 pub struct Options {
     /// Placements scheduled at once (each one's writes stay in order).
@@ -231,8 +248,9 @@ struct Ctx {
     /// Placements queued by a Balance wave or a resync (and by no event since): the moves
     /// their passes make do not start a Balance wave, so that waves converge.
     quiet: Mutex<HashSet<Key>>,
-    /// Passes of placements that use Balance run one at a time (see `pass::process`).
-    balance_turn: tokio::sync::Mutex<()>,
+    /// One Balance turn per namespace (see `pass::process`): a tenant's long passes can make
+    /// only its own namespace's Balance users wait.
+    balance_turns: BalanceTurns,
     handle: Handle,
     queue: Queue,
     writer: Writer,
@@ -408,7 +426,7 @@ pub async fn run(
         inputs: AtomicU64::new(0),
         marks: Mutex::new(HashMap::new()),
         quiet: Mutex::new(HashSet::new()),
-        balance_turn: tokio::sync::Mutex::new(()),
+        balance_turns: BalanceTurns::default(),
         handle,
         queue,
         writer,

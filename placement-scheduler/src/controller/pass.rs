@@ -88,9 +88,10 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     // snapshot after the previous one's decisions were written through; the others stay
     // parallel. The wait is bounded: a pass that holds the turn for long (an expensive
     // celSelector) must not stall every other Balance user, so after BALANCE_TURN_WAIT a pass
-    // goes ahead without it.
+    // goes ahead without it. The turn is per namespace: a tenant's long passes delay only its
+    // own namespace's Balance users, never another tenant's.
     let balance_turn = if ctx.handle.state.read().index.uses_balance(key) {
-        tokio::time::timeout(BALANCE_TURN_WAIT, ctx.balance_turn.lock())
+        tokio::time::timeout(BALANCE_TURN_WAIT, ctx.balance_turns.of(&key.0).lock_owned())
             .await
             .ok()
     } else {

@@ -682,3 +682,125 @@ async fn a_tenants_selector_past_the_compiled_size_limit_is_refused() {
         .await;
     hub.expect_count("normal", 1).await;
 }
+
+/// A tenant's many expensive placements hold at most their share of the workers. Eight
+/// placements in the tenant's namespace, each a long pass (the hostile selector over twelve
+/// clusters), are queued before a change to another namespace's placement; with four workers
+/// that change is followed while every tenant placement is still without status, i.e. before
+/// any of their passes ended. Before, the four workers all took tenant placements and the
+/// victim's pass waited for one of them to end. Prints the victim's reaction times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_placements_hold_at_most_their_share_of_workers() {
+    const TENANT_PLACEMENTS: usize = 8;
+    let victim = Hub::without_controller("pl-share").await;
+    let tenant_ns = testenv::namespace(&victim.client, "pl-share-tenant")
+        .await
+        .unwrap();
+    let tenant = Hub {
+        client: victim.client.clone(),
+        ns: tenant_ns.clone(),
+        set: victim.set.clone(),
+        controller: None,
+    };
+    tenant.bind(&victim.set).await;
+    let (running, _registry) = start_controller_with(
+        &victim.client,
+        placement_scheduler::controller::Options {
+            namespaces: vec![victim.ns.clone(), tenant_ns.clone()],
+            workers: 4,
+            ..Default::default()
+        },
+    );
+    let normal_set = format!("{}-normal", victim.ns);
+    victim
+        .create_set(
+            &normal_set,
+            json!({"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}),
+        )
+        .await;
+    victim.bind(&normal_set).await;
+    let in_normal = |pick: &str| json!({"cluster.open-cluster-management.io/clusterset": normal_set, "pick": pick});
+    let a = victim.cluster("a", in_normal("yes"), json!(null)).await;
+    let b = victim.cluster("b", in_normal("no"), json!(null)).await;
+    victim
+        .placement("normal", json!({"numberOfClusters": 1, "clusterSets": [normal_set],
+            "predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"pick": "yes"}}}}]}))
+        .await;
+    victim.expect("normal", &["a"]).await;
+    let flip = |n: usize| {
+        let (to, from, want) = if n % 2 == 0 {
+            (&b, &a, "b")
+        } else {
+            (&a, &b, "a")
+        };
+        let victim = &victim;
+        async move {
+            let sent = Instant::now();
+            victim
+                .patch_cluster(to, json!({"metadata": {"labels": {"pick": "yes"}}}))
+                .await;
+            victim
+                .patch_cluster(from, json!({"metadata": {"labels": {"pick": "no"}}}))
+                .await;
+            eventually(&format!("flip {n}: normal to choose {want}"), || async {
+                (victim.chosen("normal").await == [want]).then_some(())
+            })
+            .await;
+            sent.elapsed()
+        }
+    };
+    let mut unloaded = Vec::new();
+    for n in 0..4 {
+        unloaded.push(flip(n).await);
+    }
+
+    let hostile: Vec<String> = (0..12).map(|i| format!("h{i}")).collect();
+    let hostile: Vec<&str> = hostile.iter().map(String::as_str).collect();
+    victim.clusters(&hostile, json!({})).await;
+    for i in 0..TENANT_PLACEMENTS {
+        tenant
+            .placement(&format!("hostile-{i}"), json!({"clusterSets": [victim.set],
+                "predicates": [{"requiredClusterSelector": {"celSelector": {"celExpressions": [hostile_cel_expression()]}}}]}))
+            .await;
+    }
+    use placement_scheduler::controller::metrics::QueueLabels;
+    use placement_scheduler::controller::queue::PROCESSING;
+    let metrics = running.handle.metrics.clone();
+    eventually("the tenant's passes to take the workers", || async {
+        let n = metrics
+            .queue_depth
+            .get_or_create(&QueueLabels { state: PROCESSING })
+            .get();
+        (n >= 3).then_some(())
+    })
+    .await;
+    let tenant_done = || async {
+        let mut done = 0;
+        for i in 0..TENANT_PLACEMENTS {
+            let p = tenant.get_placement(&format!("hostile-{i}")).await;
+            done += usize::from(p.status.is_some_and(|s| !s.conditions.is_empty()));
+        }
+        done
+    };
+    let mut loaded = Vec::new();
+    for n in 4..8 {
+        loaded.push(flip(n).await);
+        if n == 4 {
+            assert_eq!(
+                tenant_done().await,
+                0,
+                "the victim's change waited for a tenant pass to end: the tenant held every worker"
+            );
+        }
+    }
+    eprintln!(
+        "victim reaction: unloaded {unloaded:?}; with {TENANT_PLACEMENTS} tenant placements busy {loaded:?}"
+    );
+    let api: Api<ocm_api::Placement> = Api::namespaced(victim.client.clone(), &tenant_ns);
+    for i in 0..TENANT_PLACEMENTS {
+        let _ = api
+            .delete(&format!("hostile-{i}"), &DeleteParams::default())
+            .await;
+    }
+    running.stop().await;
+}
