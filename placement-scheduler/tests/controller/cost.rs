@@ -728,7 +728,7 @@ async fn a_tenants_placements_hold_at_most_their_share_of_workers() {
         .await;
     victim.expect("normal", &["a"]).await;
     let flip = |n: usize| {
-        let (to, from, want) = if n % 2 == 0 {
+        let (to, from, want) = if n.is_multiple_of(2) {
             (&b, &a, "b")
         } else {
             (&a, &b, "a")
