@@ -126,27 +126,27 @@ fn operations_pay_for_the_sizes_they_work_on() {
         )
     };
     // (what, expression with a small operand, the same with a large one, units the large one
-    // must cost at least)
+    // must cost at least); the large ones stay within the compiled size limit of 1 MiB
     let cases: Vec<(&str, String, String, u64)> = vec![
         // `in` on a list literal: building the list, then comparing with every element.
         (
             "in list literal",
             format!("!(-1 in {})", ints(10)),
-            format!("!(-1 in {})", ints(10_000)),
-            20_000,
+            format!("!(-1 in {})", ints(5_000)),
+            10_000,
         ),
         // Building a list literal copies each element.
         (
             "list literal",
             format!("size({}) > 0", ints(10)),
-            format!("size({}) > 0", ints(10_000)),
-            10_000,
+            format!("size({}) > 0", ints(5_000)),
+            5_000,
         ),
         (
             "map literal",
             format!("size({}) > 0", entries(10)),
-            format!("size({}) > 0", entries(5_000)),
-            10_000,
+            format!("size({}) > 0", entries(2_500)),
+            5_000,
         ),
         // Concatenation copies both operands (copy rate: 100 bytes a unit).
         (
@@ -243,19 +243,16 @@ fn an_expression_stops_soon_after_the_deadline() {
     // Would run for seconds (unoptimised build): ten expressions at upstream's per-call limit.
     let selector = CelSelector::compile(&ten_limits()).unwrap();
     let cluster = CelCluster::new(&test_cluster());
-    let budget = std::time::Duration::from_millis(50);
-    let started = std::time::Instant::now();
-    let until = started + budget;
-    let deadline = || std::time::Instant::now() >= until;
+    // A deadline that has passed at its first look (the caller's clock, counted here).
+    let looks = std::sync::atomic::AtomicUsize::new(0);
+    let deadline = || looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 1;
     let mut pool = u64::MAX;
     let got = selector.matches_within(&cluster, &scores(&[]), &mut pool, &deadline);
-    let took = started.elapsed();
     assert_eq!(got, Err(PoolExhausted::Time));
     assert!(
-        u64::MAX - pool < 10 * cost(&ten_limits()[0]),
-        "every expression ran"
+        u64::MAX - pool < cost(&ten_limits()[0]),
+        "stopped inside the first expression, not after it"
     );
-    assert!(took < budget * 10, "stopped after {took:?}");
 }
 
 /// `[0,0,...]` with `n` elements, compared with a name (so that it holds `n` list nodes).
