@@ -10,7 +10,9 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use addon_manager_and_scorer::manager::registration::{default_groups, default_user};
+use addon_manager_and_scorer::manager::registration::{
+    agent_dns_name, default_groups, default_user,
+};
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::events::v1::Event;
@@ -75,6 +77,78 @@ fn request_der(cn: &str, orgs: &[&str]) -> Vec<u8> {
     let mut subject: Vec<(&[u64], &str)> = orgs.iter().map(|o| (O, *o)).collect();
     subject.push((CN, cn));
     testenv::certificate_request_der(&subject, &[])
+        .expect("a request")
+        .0
+}
+
+/// A DER element (definite lengths up to 65535).
+fn element(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    match content.len() {
+        n @ 0..=0x7f => out.push(n as u8),
+        n @ 0x80..=0xff => out.extend([0x81, n as u8]),
+        n => out.extend([0x82, (n >> 8) as u8, n as u8]),
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// A request (DER) for `cn` in `orgs` asking for the subject alternative DNS names `dns`, as
+/// Go's `x509.CreateCertificateRequest` encodes them (an extensionRequest attribute).
+fn request_with_dns(cn: &str, orgs: &[&str], dns: &[&str]) -> Vec<u8> {
+    let names: Vec<u8> = dns
+        .iter()
+        .flat_map(|n| element(0x82, n.as_bytes()))
+        .collect();
+    let san = element(
+        0x30,
+        &[
+            element(0x06, &[0x55, 0x1d, 0x11]),
+            element(0x04, &element(0x30, &names)),
+        ]
+        .concat(),
+    );
+    let attribute = element(
+        0x30,
+        &[
+            element(
+                0x06,
+                &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e],
+            ),
+            element(0x31, &element(0x30, &san)),
+        ]
+        .concat(),
+    );
+    let mut subject: Vec<(&[u64], &str)> = orgs.iter().map(|o| (O, *o)).collect();
+    subject.push((CN, cn));
+    testenv::certificate_request_der(&subject, &attribute)
+        .expect("a request")
+        .0
+}
+
+/// A request (DER) whose subject is `cn` and the groups `g1` and `g2` (one multi-valued RDN,
+/// as Go encodes them), with `g2`'s attribute encoded as `odd_group` (an AttributeTypeAndValue)
+/// instead.
+fn request_with_group_encoded(cn: &str, g1: &str, odd_group: &[u8]) -> Vec<u8> {
+    let o = element(0x06, &[0x55, 0x04, 0x0a]);
+    let first = element(0x30, &[o, element(0x0c, g1.as_bytes())].concat());
+    let cn = element(
+        0x30,
+        &[
+            element(0x06, &[0x55, 0x04, 0x03]),
+            element(0x0c, cn.as_bytes()),
+        ]
+        .concat(),
+    );
+    let name = element(
+        0x30,
+        &[
+            element(0x31, &[first, odd_group.to_vec()].concat()),
+            element(0x31, &cn),
+        ]
+        .concat(),
+    );
+    testenv::certificate_request_der_with_name(&name, &[])
         .expect("a request")
         .0
 }
@@ -336,6 +410,74 @@ async fn hostile_requests_are_never_approved_and_each_is_reported_once() {
                 "WrongExpiration",
             )
         },
+        // Subject alternative names a client certificate of the agent has no use for.
+        Case::new(
+            "san-wildcard-service",
+            &attacker,
+            b(pem(&request_with_dns(
+                &user,
+                &[&g[0], &g[1]],
+                &["*.svc.cluster.local"],
+            ))),
+            "WrongSubjectAltNames",
+        ),
+        Case::new(
+            "san-kubernetes-default",
+            &attacker,
+            b(pem(&request_with_dns(
+                &user,
+                &[&g[0], &g[1]],
+                &[&agent_dns_name(ADDON), "kubernetes.default.svc"],
+            ))),
+            "WrongSubjectAltNames",
+        ),
+        Case::new(
+            "san-localhost",
+            &attacker,
+            b(pem(&request_with_dns(
+                &user,
+                &[&g[0], &g[1]],
+                &["localhost"],
+            ))),
+            "WrongSubjectAltNames",
+        ),
+        // Subjects a lenient reader takes as both groups and Go (the signer) as the first
+        // only: the second group's value tagged [APPLICATION 12] or [12] instead of
+        // UTF8String (Go leaves a value that is not a universal string nil).
+        Case::new(
+            "group-application-tagged",
+            &attacker,
+            b(pem(&request_with_group_encoded(
+                &user,
+                &g[0],
+                &element(
+                    0x30,
+                    &[
+                        element(0x06, &[0x55, 0x04, 0x0a]),
+                        element(0x4c, g[1].as_bytes()),
+                    ]
+                    .concat(),
+                ),
+            ))),
+            malformed,
+        ),
+        Case::new(
+            "group-context-tagged",
+            &attacker,
+            b(pem(&request_with_group_encoded(
+                &user,
+                &g[0],
+                &element(
+                    0x30,
+                    &[
+                        element(0x06, &[0x55, 0x04, 0x0a]),
+                        element(0x8c, g[1].as_bytes()),
+                    ]
+                    .concat(),
+                ),
+            ))),
+            malformed,
+        ),
         // Not asked by the cluster's own registration agent.
         Case::new(
             "from-outsider",
@@ -411,6 +553,31 @@ async fn hostile_requests_are_never_approved_and_each_is_reported_once() {
     eventually("the agent's own CSR is approved", DEADLINE, || async {
         csrs.get(&good).await.ok().filter(approved)
     })
+    .await;
+    // What upstream's registration agent sends: the same, with the one DNS name it asks for.
+    let upstream = format!("{c1}-upstream");
+    create(
+        cp,
+        &upstream,
+        &c1,
+        &Case::new(
+            "upstream",
+            &attacker,
+            b(pem(&request_with_dns(
+                &user,
+                &[&g[0], &g[1]],
+                &[&agent_dns_name(ADDON)],
+            ))),
+            "",
+        ),
+    )
+    .await
+    .expect("the upstream-shaped CSR");
+    eventually(
+        "the CSR upstream's registration agent sends is approved",
+        DEADLINE,
+        || async { csrs.get(&upstream).await.ok().filter(approved) },
+    )
     .await;
 
     let mut wrongly_approved = Vec::new();

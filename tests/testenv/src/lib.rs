@@ -41,7 +41,10 @@ mod pki;
 pub use apply::{apply, apply_yaml};
 pub use control_plane::{ControlPlane, Options, SecondApiServer, service_account};
 pub use crds::{install_crds, namespace, upstream_crds};
-pub use pki::{ClientCertificate, certificate_request, certificate_request_der, pem_encode};
+pub use pki::{
+    ClientCertificate, certificate_request, certificate_request_der,
+    certificate_request_der_with_name, pem_encode,
+};
 pub use prometheus::{Exporter, Prometheus};
 
 /// A loopback port that was free when picked, for a process the test starts (it may be taken

@@ -200,10 +200,19 @@ pub fn certificate_request_der(
     subject: &[(&[u64], &str)],
     attributes: &[u8],
 ) -> Result<(Vec<u8>, String), Error> {
+    certificate_request_der_with_name(&name(subject), attributes)
+}
+
+/// [`certificate_request_der`] with the subject given as the DER of a whole `Name`, however
+/// odd: for tests of how a subject is read.
+pub fn certificate_request_der_with_name(
+    subject: &[u8],
+    attributes: &[u8],
+) -> Result<(Vec<u8>, String), Error> {
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
     let info = sequence(&[
         &tlv(0x02, &[0]), // version 1
-        &name(subject),
+        subject,
         &key.subject_public_key_info(),
         &tlv(0xa0, attributes),
     ]);

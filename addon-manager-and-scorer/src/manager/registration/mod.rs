@@ -223,6 +223,10 @@ pub enum CsrRefusal {
     CommonName(String),
     #[error("organizations {0:?} are not exactly the add-on agent's groups")]
     Groups(Vec<String>),
+    #[error(
+        "subject alternative names {0:?}: a client certificate of the add-on agent names none but {1}"
+    )]
+    SubjectAltNames(Vec<String>, String),
 }
 
 impl CsrRefusal {
@@ -239,6 +243,7 @@ impl CsrRefusal {
             CsrRefusal::Request(_) => "MalformedRequest",
             CsrRefusal::CommonName(_) => "WrongCommonName",
             CsrRefusal::Groups(_) => "WrongOrganizations",
+            CsrRefusal::SubjectAltNames(..) => "WrongSubjectAltNames",
         }
     }
 }
@@ -321,5 +326,17 @@ pub fn check_csr_with(
     if got != want || orgs.len() != want.len() {
         return Err(CsrRefusal::Groups(orgs));
     }
+    let allowed = agent_dns_name(addon);
+    if subject.dns_names.iter().any(|n| *n != allowed) {
+        return Err(CsrRefusal::SubjectAltNames(subject.dns_names, allowed));
+    }
     Ok(())
+}
+
+/// The one subject alternative name an add-on agent's request may carry: what upstream's
+/// registration agent puts in every add-on CSR (ocm `pkg/registration/register/csr/csr.go`).
+/// The certificate is for client auth only, so no other name (a wildcard service name,
+/// `kubernetes.default.svc`, `localhost`, an IP) has a use but to be misused.
+pub fn agent_dns_name(addon: &str) -> String {
+    format!("{addon}.addon.open-cluster-management.io")
 }

@@ -9,8 +9,17 @@
 //! exactly one `CERTIFICATE REQUEST` block, nothing but whitespace around it, no headers, only
 //! base64 in its body, a DER request that is consumed entirely and whose self-signature
 //! verifies, a subject of common name and organizations only, no attributes or extensions but
-//! DNS subject alternative names (upstream's agent asks for `<addon>.addon.open-cluster-management.io`).
+//! DNS subject alternative names (upstream's agent asks for `<addon>.addon.open-cluster-management.io`;
+//! which names are allowed is the approver's call, see [`Subject::dns_names`]).
 //! `tests/csr-vectors/` holds what Go reads from such inputs; the tests below hold us to it.
+//!
+//! The subject is read by our own walk over its DER ([`strict_subject`]), which takes only the
+//! encoding on which Go's `crypto/x509` and we cannot differ: Go's `encoding/asn1` skips an
+//! attribute value that is not a primitive universal string (it leaves it nil, and the
+//! certificate then lacks it) and ignores elements after the value in an attribute's
+//! SEQUENCE, where a lenient reader may take a context-tagged or constructed value for a
+//! string. Anything but a primitive UTF8String or PrintableString, exactly two elements per
+//! attribute, non-empty RDN sets and minimal definite lengths is refused.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -21,7 +30,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use thiserror::Error;
-use x509_parser::asn1_rs::Tag;
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
 use x509_parser::prelude::FromDer;
@@ -67,6 +75,8 @@ pub enum RequestError {
         "the request carries attributes or extensions other than DNS subject alternative names; the agent asks for none"
     )]
     Attributes,
+    #[error("the subject is not in the one encoding every reader reads alike: {0}")]
+    Ambiguous(&'static str),
 }
 
 /// The subject of an accepted request: what the certificate will say.
@@ -74,6 +84,10 @@ pub enum RequestError {
 pub struct Subject {
     pub common_name: String,
     pub organizations: Vec<String>,
+    /// The DNS names of the subjectAltName extension, if the request has one (no other kind
+    /// of name is accepted). Not part of the identity kube-apiserver takes from a client
+    /// certificate, but the approver allows only what the agent needs.
+    pub dns_names: Vec<String>,
 }
 
 const BEGIN: &[u8] = b"-----BEGIN CERTIFICATE REQUEST-----";
@@ -165,63 +179,166 @@ pub fn parse_request(pem: &[u8]) -> Result<Subject, RequestError> {
     req.verify_signature()
         .map_err(|e| RequestError::Signature(e.to_string()))?;
     let info = &req.certification_request_info;
-    if !info.attributes().iter().all(only_dns_names) {
-        return Err(RequestError::Attributes);
+    let mut dns_names = Vec::new();
+    for attribute in info.attributes() {
+        dns_names.extend(only_dns_names(attribute).ok_or(RequestError::Attributes)?);
     }
-    let mut cns = Vec::new();
-    let mut organizations = Vec::new();
+    let (cns, organizations) = strict_subject(info.subject.as_raw())?;
+    // The DER parser's reading must be the same (it is, for what the walk accepts; a guard
+    // against either one changing).
+    let mut theirs = (Vec::new(), Vec::new());
     for attr in info.subject.iter_attributes() {
-        // Compared as bytes with what we expect: only string types whose bytes are the text.
-        let value = match attr.attr_value().tag() {
-            Tag::Utf8String | Tag::PrintableString => {
-                std::str::from_utf8(attr.as_slice()).map_err(|_| RequestError::StringType)?
-            }
-            _ => return Err(RequestError::StringType),
-        };
+        let value = std::str::from_utf8(attr.as_slice()).map_err(|_| RequestError::StringType)?;
         if *attr.attr_type() == OID_X509_COMMON_NAME {
-            cns.push(value.to_owned());
+            theirs.0.push(value.to_owned());
         } else if *attr.attr_type() == OID_X509_ORGANIZATION_NAME {
-            organizations.push(value.to_owned());
-        } else {
-            return Err(RequestError::SubjectAttribute(
-                attr.attr_type().to_id_string(),
-            ));
+            theirs.1.push(value.to_owned());
         }
+    }
+    if theirs != (cns.clone(), organizations.clone()) {
+        return Err(RequestError::Ambiguous(
+            "two parsers read the subject differently",
+        ));
     }
     match <[String; 1]>::try_from(cns) {
         Ok([common_name]) => Ok(Subject {
             common_name,
             organizations,
+            dns_names,
         }),
         Err(cns) => Err(RequestError::CommonNames(cns.len())),
     }
 }
 
-/// An attribute upstream's registration agent puts in every add-on request: an extension
-/// request whose only extension is a subjectAltName of DNS names
-/// (`<addon>.addon.open-cluster-management.io`). Harmless to the identity: kube-apiserver
-/// authenticates a client certificate by its subject alone.
-fn only_dns_names(attribute: &x509_parser::cri_attributes::X509CriAttribute<'_>) -> bool {
+/// One DER element: its identifier octet, its content, and what follows it. Only the forms
+/// DER allows: a low tag number, a definite length in the fewest octets.
+fn der_element(input: &[u8]) -> Result<(u8, &[u8], &[u8]), RequestError> {
+    use RequestError::Ambiguous;
+    let (&tag, rest) = input
+        .split_first()
+        .ok_or(Ambiguous("an element is cut short"))?;
+    if tag & 0x1f == 0x1f {
+        return Err(Ambiguous("a high tag number"));
+    }
+    let (&first, rest) = rest
+        .split_first()
+        .ok_or(Ambiguous("an element is cut short"))?;
+    let (len, rest) = match first {
+        0..=0x7f => (usize::from(first), rest),
+        0x81 | 0x82 => {
+            let n = usize::from(first & 0x7f);
+            if rest.len() < n || rest[0] == 0 {
+                return Err(Ambiguous("a length that is not minimal"));
+            }
+            let len = rest[..n]
+                .iter()
+                .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
+            if len < 0x80 || (n == 2 && len < 0x100) {
+                return Err(Ambiguous("a length that is not minimal"));
+            }
+            (len, &rest[n..])
+        }
+        _ => return Err(Ambiguous("an indefinite or oversized length")),
+    };
+    if rest.len() < len {
+        return Err(Ambiguous("an element is cut short"));
+    }
+    Ok((tag, &rest[..len], &rest[len..]))
+}
+
+/// DER of the OIDs 2.5.4.3 (commonName) and 2.5.4.10 (organizationName).
+const CN_OID: &[u8] = &[0x55, 0x04, 0x03];
+const O_OID: &[u8] = &[0x55, 0x04, 0x0a];
+/// Universal, primitive UTF8String and PrintableString.
+const UTF8_STRING: u8 = 0x0c;
+const PRINTABLE_STRING: u8 = 0x13;
+
+/// The common names and organizations of a DER `Name`, in order, when it is a SEQUENCE of
+/// non-empty SETs of SEQUENCEs of exactly an OID and a primitive UTF8String or
+/// PrintableString, nothing after any of them; other attribute types are refused.
+pub fn strict_subject(name: &[u8]) -> Result<(Vec<String>, Vec<String>), RequestError> {
+    use RequestError::Ambiguous;
+    let (tag, mut rdns, rest) = der_element(name)?;
+    if tag != 0x30 || !rest.is_empty() {
+        return Err(Ambiguous("the subject is not one SEQUENCE"));
+    }
+    let (mut cns, mut organizations) = (Vec::new(), Vec::new());
+    while !rdns.is_empty() {
+        let (tag, mut set, rest) = der_element(rdns)?;
+        rdns = rest;
+        if tag != 0x31 || set.is_empty() {
+            return Err(Ambiguous("an RDN is not a non-empty SET"));
+        }
+        while !set.is_empty() {
+            let (tag, atv, rest) = der_element(set)?;
+            set = rest;
+            if tag != 0x30 {
+                return Err(Ambiguous("an attribute is not a SEQUENCE"));
+            }
+            let (tag, oid, atv) = der_element(atv)?;
+            if tag != 0x06 {
+                return Err(Ambiguous("an attribute type is not an OID"));
+            }
+            let (tag, value, atv) = der_element(atv)?;
+            if !atv.is_empty() {
+                return Err(Ambiguous("an attribute has more than a type and a value"));
+            }
+            let value = match tag {
+                UTF8_STRING => std::str::from_utf8(value).map_err(|_| RequestError::StringType)?,
+                PRINTABLE_STRING if value.iter().all(printable) => {
+                    std::str::from_utf8(value).map_err(|_| RequestError::StringType)?
+                }
+                _ => return Err(RequestError::StringType),
+            };
+            match oid {
+                CN_OID => cns.push(value.to_owned()),
+                O_OID => organizations.push(value.to_owned()),
+                _ => {
+                    let id = x509_parser::der_parser::oid::Oid::new(oid.into());
+                    return Err(RequestError::SubjectAttribute(id.to_id_string()));
+                }
+            }
+        }
+    }
+    Ok((cns, organizations))
+}
+
+/// PrintableString's alphabet (X.680), as Go checks it (Go also lets `*` and `&` through;
+/// neither is in a name we approve).
+fn printable(b: &u8) -> bool {
+    b.is_ascii_alphanumeric() || b" '()+,-./:=?".contains(b)
+}
+
+/// The DNS names of an attribute upstream's registration agent puts in every add-on request:
+/// an extension request whose only extension is a non-critical subjectAltName of DNS names
+/// (`<addon>.addon.open-cluster-management.io`); `None` for any other attribute.
+fn only_dns_names(
+    attribute: &x509_parser::cri_attributes::X509CriAttribute<'_>,
+) -> Option<Vec<String>> {
     use x509_parser::cri_attributes::ParsedCriAttribute;
     use x509_parser::extensions::{GeneralName, ParsedExtension};
     let ParsedCriAttribute::ExtensionRequest(request) = attribute.parsed_attribute() else {
-        return false;
+        return None;
     };
-    !request.extensions.is_empty()
-        && request
-            .extensions
-            .iter()
-            .all(|e| match e.parsed_extension() {
-                ParsedExtension::SubjectAlternativeName(san) => {
-                    !e.critical
-                        && !san.general_names.is_empty()
-                        && san
-                            .general_names
-                            .iter()
-                            .all(|n| matches!(n, GeneralName::DNSName(_)))
-                }
-                _ => false,
-            })
+    if request.extensions.is_empty() {
+        return None;
+    }
+    let mut names = Vec::new();
+    for e in &request.extensions {
+        let ParsedExtension::SubjectAlternativeName(san) = e.parsed_extension() else {
+            return None;
+        };
+        if e.critical || san.general_names.is_empty() {
+            return None;
+        }
+        for n in &san.general_names {
+            let GeneralName::DNSName(name) = n else {
+                return None;
+            };
+            names.push((*name).to_owned());
+        }
+    }
+    Some(names)
 }
 
 /// `spec.usages` is client auth, with at most the key usages upstream adds, each once.

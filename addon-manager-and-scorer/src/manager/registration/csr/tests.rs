@@ -267,6 +267,7 @@ fn requests_must_be_exactly_what_they_say() {
         Ok(Subject {
             common_name: "user".into(),
             organizations: vec!["g1".into(), "g2".into()],
+            dns_names: vec![],
         })
     );
     let mut bad_signature = good.clone();
@@ -324,6 +325,7 @@ fn requests_must_be_exactly_what_they_say() {
         Ok(Subject {
             common_name: "user".into(),
             organizations: vec!["g".into()],
+            dns_names: vec!["a".into()],
         })
     );
     let ip = extension_request(&[0x87, 0x04, 127, 0, 0, 1]);
@@ -469,4 +471,110 @@ fn each_refusal_is_reported_once_and_forgotten_when_gone() {
         Some("csr-a")
     );
     assert!(event.note.is_some_and(|n| n.contains("not labelled")));
+}
+
+/// A DER element with any identifier octet (definite lengths up to 65535).
+fn element(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    match content.len() {
+        n @ 0..=0x7f => out.push(n as u8),
+        n @ 0x80..=0xff => out.extend([0x81, n as u8]),
+        n => out.extend([0x82, (n >> 8) as u8, n as u8]),
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// An AttributeTypeAndValue of `oid` (DER content) with `value` under identifier `tag`.
+fn atv(oid: &[u8], tag: u8, value: &str) -> Vec<u8> {
+    element(
+        0x30,
+        &[element(0x06, oid), element(tag, value.as_bytes())].concat(),
+    )
+}
+
+fn name(rdns: &[Vec<Vec<u8>>]) -> Vec<u8> {
+    let sets: Vec<u8> = rdns
+        .iter()
+        .flat_map(|set| element(0x31, &set.concat()))
+        .collect();
+    element(0x30, &sets)
+}
+
+fn with_name(name: &[u8]) -> Result<Subject, RequestError> {
+    let der = testenv::certificate_request_der_with_name(name, &[])
+        .expect("a request")
+        .0;
+    parse_request(&pem_of(&der))
+}
+
+/// Subjects Go's `x509.ParseCertificateRequest` reads otherwise than a lenient DER reader, or
+/// that are not DER. Checked with Go 1.26: it takes each request; for the `[APPLICATION 12]`,
+/// context-specific and constructed values, and for a second value in one attribute, its
+/// Subject.Organization is `["g1"]` only (a value that is not a primitive universal string is
+/// left nil and skipped, elements after an attribute's value are ignored), while a lenient
+/// reader sees `g1` and `g2`. All refused, as are string types we do not compare (IA5String)
+/// and a PrintableString outside its alphabet. Go's own encoding (both organizations in one
+/// multi-valued RDN) is read as it is.
+#[test]
+fn a_subject_is_read_only_in_the_encoding_go_reads_alike() {
+    let (cn, o) = (&[0x55, 0x04, 0x03][..], &[0x55, 0x04, 0x0a][..]);
+    let good = name(&[
+        vec![atv(o, 0x13, "g1"), atv(o, 0x13, "g2")],
+        vec![atv(cn, 0x0c, "user")],
+    ]);
+    assert_eq!(
+        with_name(&good),
+        Ok(Subject {
+            common_name: "user".into(),
+            organizations: vec!["g1".into(), "g2".into()],
+            dns_names: vec![],
+        })
+    );
+    let second_group = |tag: u8, value: &[u8]| {
+        let odd = element(0x30, &[element(0x06, o), element(tag, value)].concat());
+        name(&[vec![atv(o, 0x0c, "g1"), odd], vec![atv(cn, 0x0c, "user")]])
+    };
+    for (what, subject) in [
+        ("[APPLICATION 12]", second_group(0x4c, b"g2")),
+        ("[12] context-specific", second_group(0x8c, b"g2")),
+        (
+            "constructed UTF8String",
+            second_group(0x2c, &element(0x0c, b"g2")),
+        ),
+        ("an IA5String", second_group(0x16, b"g2")),
+        ("a PrintableString with @", second_group(0x13, b"g@2")),
+    ] {
+        assert!(
+            matches!(
+                with_name(&subject),
+                Err(RequestError::StringType | RequestError::Ambiguous(_))
+            ),
+            "{what}: {:?}",
+            with_name(&subject)
+        );
+    }
+    let trailing_value = name(&[
+        vec![element(
+            0x30,
+            &[element(0x06, o), element(0x0c, b"g1"), element(0x0c, b"g2")].concat(),
+        )],
+        vec![atv(cn, 0x0c, "user")],
+    ]);
+    let empty_set = name(&[vec![], vec![atv(cn, 0x0c, "user")]]);
+    let mut long_length = vec![0x30, 0x81];
+    let inner = name(&[vec![atv(cn, 0x0c, "user")]]);
+    long_length.push((inner.len() - 2) as u8);
+    long_length.extend_from_slice(&inner[2..]);
+    for (what, subject) in [
+        ("a second value in an attribute", trailing_value),
+        ("an empty RDN", empty_set),
+        ("a length in more octets than needed", long_length),
+    ] {
+        assert!(
+            matches!(with_name(&subject), Err(RequestError::Ambiguous(_))),
+            "{what}: {:?}",
+            with_name(&subject)
+        );
+    }
 }
