@@ -829,15 +829,7 @@ fn measured<'c, 'v>(
     ftx: &mut FunctionContext<'c, 'v>,
     rate: Rate,
 ) -> Result<CowVal<'c, 'v>, ExecutionError> {
-    let value = ftx
-        .args
-        .pop()
-        .ok_or_else(|| ExecutionError::invalid_argument_count(2, 0))?;
-    let units = ftx
-        .args
-        .first()
-        .and_then(|u| u.downcast_ref::<CelInt>())
-        .map_or(0, |u| u64::try_from(*u.inner()).unwrap_or(0));
+    let (units, value) = units_and_value(ftx)?;
     charge(ftx.ptx, units, Some(value.as_ref()), rate)?;
     Ok(value)
 }
@@ -846,6 +838,15 @@ fn measured<'c, 'v>(
 pub(super) fn charge_fn<'c, 'v>(
     ftx: &mut FunctionContext<'c, 'v>,
 ) -> Result<CowVal<'c, 'v>, ExecutionError> {
+    let (units, value) = units_and_value(ftx)?;
+    charge(ftx.ptx, units, None, Rate::Copy)?;
+    Ok(value)
+}
+
+/// The `(units, value)` arguments of the charging functions (negative units: none).
+fn units_and_value<'c, 'v>(
+    ftx: &mut FunctionContext<'c, 'v>,
+) -> Result<(u64, CowVal<'c, 'v>), ExecutionError> {
     let value = ftx
         .args
         .pop()
@@ -855,8 +856,7 @@ pub(super) fn charge_fn<'c, 'v>(
         .first()
         .and_then(|u| u.downcast_ref::<CelInt>())
         .map_or(0, |u| u64::try_from(*u.inner()).unwrap_or(0));
-    charge(ftx.ptx, units, None, Rate::Copy)?;
-    Ok(value)
+    Ok((units, value))
 }
 
 fn string_arg<'a, 'v>(
