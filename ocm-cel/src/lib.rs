@@ -54,6 +54,7 @@ mod check;
 mod cost;
 mod library;
 mod net;
+mod presize;
 mod quantity;
 mod regex;
 mod semver;
@@ -249,7 +250,7 @@ impl CelSelector {
 /// [`MAX_COMPILED_PLACEMENT_BYTES`] (`total` so far: counting stops there).
 pub fn placement_too_big(total: usize) -> String {
     format!(
-        "compilation failed: the celSelector expressions compile to about {total} bytes, more than the limit of {MAX_COMPILED_PLACEMENT_BYTES} bytes per Placement"
+        "compilation failed: the celSelector expressions compile to at least {total} bytes, more than the limit of {MAX_COMPILED_PLACEMENT_BYTES} bytes per Placement"
     )
 }
 
@@ -289,6 +290,22 @@ impl Runtime {
                     "compilation failed: ERROR: <input>:-1:0: expression code point size exceeds limit: size: {size}, limit {MAX_SOURCE_SIZE}"
                 )));
             }
+        }
+        // Refuse what is surely too big before parsing it: the parser's own memory is many
+        // times the tree's (see `presize`).
+        let mut total = 0usize;
+        for (i, source) in sources.iter().enumerate() {
+            let nodes = presize::nodes_at_least(source);
+            let bytes = nodes.saturating_mul(cost::NODE_BYTES);
+            if bytes > MAX_COMPILED_EXPRESSION_BYTES {
+                return Err(CompileError::Invalid(format!(
+                    "compilation failed: celExpressions[{i}] holds at least {nodes} literals and names, which compile to at least {bytes} bytes, more than the limit of {MAX_COMPILED_EXPRESSION_BYTES} bytes per expression"
+                )));
+            }
+            total = total.saturating_add(bytes);
+        }
+        if total > MAX_COMPILED_PLACEMENT_BYTES {
+            return Err(CompileError::Invalid(placement_too_big(total)));
         }
         #[cfg(any(test, feature = "test-hooks"))]
         if test_hooks::FAIL_SPAWN.with(std::cell::Cell::get) {

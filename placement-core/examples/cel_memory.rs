@@ -4,7 +4,8 @@
 //! (compile cache included). Reads /proc/self/statm before and after.
 //!
 //! ```sh
-//! cargo run --release -p placement-core --example cel_memory
+//! cargo run --release -p placement-core --example cel_memory            # 10 x 45,000: refused
+//! cargo run --release -p placement-core --example cel_memory -- 4 6000  # the largest legal
 //! ```
 
 use std::sync::Arc;
@@ -15,8 +16,16 @@ use placement_core::{Snapshot, schedule};
 use serde_json::json;
 
 const PLACEMENTS: usize = 16;
+/// Expressions per Placement and elements per list, unless given as arguments.
 const LISTS: usize = 10;
 const ELEMENTS: usize = 45_000;
+
+fn arg(n: usize, default: usize) -> usize {
+    std::env::args()
+        .nth(n)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(default)
+}
 
 /// Resident set size in MB.
 fn rss_mb() -> f64 {
@@ -48,15 +57,16 @@ fn main() {
     }))
     .expect("cluster");
     s.upsert_cluster(Arc::new(c));
+    let (lists, elements) = (arg(1, LISTS), arg(2, ELEMENTS));
     println!("before: {:.1} MB resident", rss_mb());
     let list = format!(
         "managedCluster.metadata.name in [{}]",
-        vec!["0"; ELEMENTS].join(",")
+        vec!["0"; elements].join(",")
     );
     let mut outcomes = Vec::new();
     for i in 0..PLACEMENTS {
         // Each Placement's expressions differ, so nothing is shared between them.
-        let expressions: Vec<String> = (0..LISTS)
+        let expressions: Vec<String> = (0..lists)
             .map(|j| format!("{list} || {i} == {j}"))
             .collect();
         let p: Placement = serde_json::from_value(json!({
@@ -72,7 +82,7 @@ fn main() {
         ));
     }
     println!(
-        "after {PLACEMENTS} placements x {LISTS} expressions x {ELEMENTS} elements: {:.1} MB resident",
+        "after {PLACEMENTS} placements x {lists} expressions x {elements} elements: {:.1} MB resident",
         rss_mb()
     );
     println!(

@@ -301,3 +301,84 @@ fn compiled_size_is_bounded_per_expression_and_per_selector() {
         "{error}"
     );
 }
+
+#[test]
+fn the_size_count_before_parsing_is_a_lower_bound_of_the_compiled_size() {
+    // Every kind of token the count reads or skips.
+    let corpus = [
+        "managedCluster.metadata.name == 'cluster1'",
+        "managedCluster.metadata.labels['env'] == \"prod\" // a comment: 1, 2, 3, x, y\n && true",
+        "r'raw \\' string' == R\"x\" || b'bytes' == b'\\x41' || rb'x' == br'y'",
+        "'''triple 'quoted' a, b, c''' != \"\"\"also \"\"\" + 'x'",
+        "'escaped \\' quote, 1, 2' != 'x'",
+        "0x1F + 1 == 32 && 1u < 2u && 1.5e-3 < .5 && 2e+10 > 1.0 && 0XFFu > 0u",
+        "{'a': 1, 'b': [2, 3]}['a'] == 1",
+        "{'a': {'b': 1}}.a.b == 1",
+        "managedCluster.metadata.name == 'x' ? 1 : 2",
+        "has(managedCluster.metadata.labels) && has(managedCluster.status.version)",
+        "managedCluster.status.clusterClaims.exists(c, c.name == 'region' && c.value == 'us-east')",
+        "managedCluster.status.clusterClaims.all(c, c.name.startsWith('r') || true)",
+        "managedCluster.status.clusterClaims.map(c, c.name).filter(n, n.size() > 1).size() > 0",
+        "managedCluster.status.clusterClaims.exists_one(c, c.name == 'platform')",
+        "[1, 2, 3].map(x, x * 2)[0] == 2",
+        "managedCluster.metadata.name in ['a', 'b', 'cluster1']",
+        "size(managedCluster.metadata.name) > 0 && int('1') == 1 && string(1) == '1'",
+        "managedCluster.scores('demo').filter(s, s.name == 'cpu').all(s, s.value > 0)",
+        "semver(managedCluster.metadata.labels.version, true).isGreaterThan(semver('1.0.0', true))",
+        "quantity(managedCluster.status.allocatable.cpu).isGreaterThan(quantity('1'))",
+        "managedCluster.metadata.name.matches('^c.*1$') && 'a,b'.split(',').size() == 2",
+        "!(managedCluster.metadata.name == 'x') && -1 < 0 && 7 % 3 == 1",
+        "managedCluster.?metadata.?name.orValue('') != ''",
+        "[?optional.none(), 1].size() == 1",
+        "dyn(1) == 1 && type(1) == int && null == null",
+        "json.decode(managedCluster.metadata.annotations.config).zones.size() == 2",
+    ];
+    for source in corpus {
+        let Ok(compiled) = compile(&[source]) else {
+            continue; // not in this environment: nothing to bound
+        };
+        let counted = presize::nodes_at_least(source) * cost::NODE_BYTES;
+        assert!(
+            counted <= compiled.size(),
+            "{source}: counted {counted} bytes, compiled {}",
+            compiled.size()
+        );
+        assert!(counted > 0, "{source}");
+    }
+    // Exact counts: names followed by `(` or `:`, comments and separators are not counted.
+    for (source, nodes) in [
+        ("a", 1),
+        ("a.b.c", 3),
+        ("f(x, y)", 2),
+        ("a.f(1)", 2),
+        ("{k: 1}", 1),
+        ("x ? y : z", 2),
+        ("'a, b, c' + r\"d\" + '''e'f'''", 3),
+        ("1.5e-3 + 0x1Fu + .5", 3),
+        ("// [1, 2, 3]\n[1, 2]", 2),
+        ("'unterminated, 1, 2", 1),
+        ("", 0),
+    ] {
+        assert_eq!(presize::nodes_at_least(source), nodes, "{source}");
+    }
+}
+
+#[test]
+fn an_expression_surely_too_big_is_refused_before_it_is_parsed() {
+    // Unterminated: the parser would report a syntax error; the count refuses it first.
+    let huge = format!("managedCluster.metadata.name in [{}", vec!["0"; 45_000].join(","));
+    let error = compile(&[&huge]).err().unwrap_or_default();
+    assert!(
+        error.contains("celExpressions[0] holds at least 45004 literals and names")
+            && error.contains("more than the limit of 1048576 bytes per expression"),
+        "{error}"
+    );
+    // Five expressions each under the per-expression bound, together over the Placement's.
+    let n = (MAX_COMPILED_EXPRESSION_BYTES / cost::NODE_BYTES) - 10;
+    let big = format!("[{}", vec!["0"; n].join(","));
+    let error = compile(&vec![big.as_str(); 5]).err().unwrap_or_default();
+    assert!(
+        error.contains("compile to at least") && error.contains("bytes per Placement"),
+        "{error}"
+    );
+}
