@@ -379,7 +379,7 @@ fn an_expression_surely_too_big_is_refused_before_it_is_parsed() {
     // Five expressions each under the per-expression bound, together over the Placement's.
     let n = (MAX_COMPILED_EXPRESSION_BYTES / cost::NODE_BYTES) - 10;
     let big = format!("[{}", vec!["0"; n].join(","));
-    let error = compile(&vec![big.as_str(); 5]).err().unwrap_or_default();
+    let error = compile(&[big.as_str(); 5]).err().unwrap_or_default();
     assert!(
         error.contains("compile to at least") && error.contains("bytes per Placement"),
         "{error}"
