@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use ocm_runtime::app::{self, App, AppArgs, Drain};
 use placement_core::Limits;
 use placement_core::limits;
@@ -30,7 +31,8 @@ enum Command {
     /// Run the placement controller against a hub: watch, schedule, write PlacementDecisions
     /// and Placement status; serve /metrics, /healthz, /readyz and the debug endpoint. Also
     /// takes the command line OCM's cluster-manager operator gives its placement image
-    /// (`/placement controller ...`).
+    /// (`/placement controller ...`); started so, it serves only upstream's HTTPS port (see
+    /// --listen) unless --metrics-bind-address or --debug-bind-address is given.
     Controller(Box<ControllerArgs>),
     /// Explain a Placement on a live hub: read it and everything it depends on (reads only),
     /// print the `simulate` report, and how its live decisions differ from what it would pick
@@ -178,7 +180,8 @@ struct ControllerArgs {
     namespaces: Vec<String>,
     /// Where the debug endpoint listens; empty to turn it off. It serves HTTPS: with
     /// --tls-cert-file and --tls-key-file, else with a self-signed certificate made at start
-    /// (its SHA-256 fingerprint is logged, for clients to pin).
+    /// (its SHA-256 fingerprint is logged, for clients to pin). Started as `placement` (as OCM's
+    /// placement controller), off unless given (so is --metrics-bind-address's port).
     #[arg(long, env = "DEBUG_BIND_ADDRESS", default_value = "0.0.0.0:9443")]
     debug_bind_address: String,
     /// Serve the debug endpoint over plain HTTP instead: only on a loopback
@@ -242,10 +245,37 @@ fn main() -> ExitCode {
                 app::block_on(explain_cmd(args), Drain::Wait).map(|out| print!("{out}"))
             }
             Command::Controller(args) => {
-                app::block_on(controller_cmd(*args, invocation), Drain::Background)
+                let own = matches
+                    .subcommand_matches("controller")
+                    .map(|m| own_listeners(m, invocation))
+                    .unwrap_or_default();
+                app::block_on(controller_cmd(*args, invocation, own), Drain::Background)
             }
         }
     })
+}
+
+/// Which of the scheduler's own listeners to open, besides upstream's HTTPS port (`--listen`):
+/// the plain-HTTP metrics port and the debug endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct OwnListeners {
+    metrics: bool,
+    debug: bool,
+}
+
+/// Started as itself, both (where their flags say); started as `placement`, only those whose
+/// flag or environment variable is given, so that OCM's placement pod listens where upstream's
+/// controller does and nowhere else.
+fn own_listeners(controller: &ArgMatches, invocation: Invocation) -> OwnListeners {
+    let given = |id: &str| {
+        controller
+            .value_source(id)
+            .is_some_and(|s| s != ValueSource::DefaultValue)
+    };
+    OwnListeners {
+        metrics: upstream::opens_own_listener(invocation, given("metrics_bind_address")),
+        debug: upstream::opens_own_listener(invocation, given("debug_bind_address")),
+    }
 }
 
 fn simulate_cmd(args: SimulateArgs) -> Result<String, Box<dyn std::error::Error>> {
@@ -331,6 +361,7 @@ async fn explain_cmd(args: ExplainArgs) -> Result<String, Box<dyn std::error::Er
 async fn controller_cmd(
     mut args: ControllerArgs,
     invocation: Invocation,
+    own: OwnListeners,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let mut app = App::start(
         &args.app.log,
@@ -349,7 +380,16 @@ async fn controller_cmd(
         state.snapshot.set_max_score_validity(args.validity.bound());
         state.snapshot.set_limits(args.limits.limits());
     }
-    let running = app.serve(&args.app.serve).await?;
+    if invocation == Invocation::Upstream && !(own.metrics && own.debug) {
+        tracing::info!(
+            metrics_port = own.metrics,
+            debug_endpoint = own.debug,
+            "started as OCM's placement controller: only the listeners upstream's has, and those asked for (--metrics-bind-address, --debug-bind-address)"
+        );
+    }
+    let running = app
+        .serve_optional(own.metrics.then_some(&args.app.serve))
+        .await?;
     if let Some(addr) = args.upstream.listen_address(invocation) {
         let probes = upstream::serve_probes(
             addr,
@@ -361,7 +401,7 @@ async fn controller_cmd(
         .await?;
         tokio::spawn(probes);
     }
-    if !args.debug_bind_address.is_empty() {
+    if own.debug && !args.debug_bind_address.is_empty() {
         let source: Arc<dyn placement_scheduler::debug::DebugSource> = Arc::new(handle.clone());
         let debugger = placement_scheduler::debug::Debugger::new(
             review_client,
@@ -480,6 +520,57 @@ mod tests {
     #[test]
     fn the_cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// The listeners `argv` opens besides upstream's HTTPS port.
+    fn own(argv: &[&str]) -> OwnListeners {
+        let (invocation, args) =
+            upstream::invocation(argv.iter().map(std::ffi::OsString::from).collect());
+        let matches = Cli::command()
+            .try_get_matches_from(args)
+            .expect("a valid command line");
+        let controller = matches
+            .subcommand_matches("controller")
+            .expect("the controller");
+        own_listeners(controller, invocation)
+    }
+
+    /// Started as itself the scheduler opens both its own listeners, as before; started as
+    /// `placement`, only those given (an empty debug address still turns that one off).
+    #[test]
+    fn own_listeners_are_opt_in_only_as_upstream() {
+        let both = OwnListeners {
+            metrics: true,
+            debug: true,
+        };
+        assert_eq!(own(&["placement-scheduler", "controller"]), both);
+        assert_eq!(own(&["/placement", "controller"]), OwnListeners::default());
+        assert_eq!(
+            own(&["/placement-scheduler", "/placement", "controller"]),
+            OwnListeners::default()
+        );
+        assert_eq!(
+            own(&[
+                "/placement",
+                "controller",
+                "--metrics-bind-address=127.0.0.1:8080"
+            ]),
+            OwnListeners {
+                metrics: true,
+                debug: false
+            }
+        );
+        assert_eq!(
+            own(&[
+                "/placement",
+                "controller",
+                "--debug-bind-address=0.0.0.0:9443"
+            ]),
+            OwnListeners {
+                metrics: false,
+                debug: true
+            }
+        );
     }
 
     /// The arguments OCM's cluster-manager operator gives its placement container (its

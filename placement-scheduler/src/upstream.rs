@@ -4,7 +4,8 @@
 //! `https://:8443/healthz`, and runs several replicas that elect a leader on the Lease
 //! `placement-lock` (library-go's `<component>-lock`). An operator who sets the
 //! ClusterManager's `spec.placementImagePullSpec` to this project's scheduler image gets this
-//! binary started that way; this module makes it behave as that component would.
+//! binary started that way; this module makes it behave as that component would, down to the
+//! one port it listens on.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -90,7 +91,8 @@ pub struct UpstreamArgs {
     pub namespace: Option<String>,
     /// Where to serve /healthz, /readyz and /metrics over HTTPS, as upstream does for the
     /// kubelet's probes (with the service serving certificate in /var/run/secrets/serving-cert
-    /// when mounted, else a self-signed one). Started as `placement`, default 0.0.0.0:8443;
+    /// when mounted, else a self-signed one). Started as `placement`, default 0.0.0.0:8443 and
+    /// the only port served unless --metrics-bind-address or --debug-bind-address is given;
     /// otherwise off unless given.
     #[arg(long, env = "LISTEN_ADDRESS")]
     pub listen: Option<SocketAddr>,
@@ -182,6 +184,17 @@ impl UpstreamArgs {
         }
         configured.to_owned()
     }
+}
+
+/// Whether to open one of the scheduler's own listeners, which upstream's placement controller
+/// does not have (the plain-HTTP metrics port, the debug endpoint): started as itself, yes;
+/// started as `placement`, only when `asked` for (its flag or environment variable given).
+/// Upstream's controller serves only its HTTPS port (library-go's controller command:
+/// `/healthz`, `/metrics` on `:8443`), and that is all the operator's Deployment expects in
+/// OCM's pod, where a port of ours could also collide with the optional `debug-server` sidecar
+/// (`:9443`).
+pub fn opens_own_listener(invocation: Invocation, asked: bool) -> bool {
+    invocation != Invocation::Upstream || asked
 }
 
 /// The Lease name this invocation elects its leader on: upstream's when started as
@@ -289,6 +302,9 @@ mod tests {
             port.listen_address(Invocation::Upstream),
             "0.0.0.0:9000".parse().ok()
         );
+        assert!(opens_own_listener(Invocation::Scheduler, false));
+        assert!(!opens_own_listener(Invocation::Upstream, false));
+        assert!(opens_own_listener(Invocation::Upstream, true));
         assert_eq!(lease_name(Invocation::Upstream), "placement-lock");
         assert_eq!(lease_name(Invocation::Scheduler), "placement-scheduler");
         let ns = UpstreamArgs {

@@ -621,6 +621,236 @@ async fn upstreams_command_line_runs_as_ocms_placement_controller() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The port upstream's placement controller serves `/healthz` and `/metrics` on over HTTPS
+/// (library-go's controller command), where the operator's Deployment probes. Fixed by
+/// upstream: the test that binds it takes turns with any other ([`upstream_port_turn`]).
+const UPSTREAM_PORT: u16 = 8443;
+
+/// The arguments OCM's cluster-manager operator gives its placement container when it runs on
+/// the hub itself (not hosted: no `--kubeconfig`, the pod's in-cluster service account), with
+/// its optional flags rendered, after `/placement` (its `placement/deployment.yaml`).
+const OPERATOR_ARGS: [&str; 4] = [
+    "controller",
+    "--feature-gates=SomePlacementGate=true",
+    "--tls-min-version=VersionTLS12",
+    "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+];
+
+/// An exclusive turn on [`UPSTREAM_PORT`] among test processes on this machine (another test
+/// binary, another checkout's run), held while the returned file is open; then waits until no
+/// other process listens on it. Both within a deadline.
+async fn upstream_port_turn() -> std::fs::File {
+    let path = std::env::temp_dir().join(format!("ocm-placement-test-port-{UPSTREAM_PORT}.lock"));
+    let file = match std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) => panic!("cannot open the port's lock file {}: {e}", path.display()),
+    };
+    let deadline = Duration::from_secs(180);
+    testenv::eventually(&format!("a turn on port {UPSTREAM_PORT}"), deadline, || {
+        let locked = file.try_lock().is_ok();
+        async move { locked.then_some(()) }
+    })
+    .await;
+    testenv::eventually(
+        &format!("port {UPSTREAM_PORT} to be free"),
+        deadline,
+        || async { std::net::TcpListener::bind(("0.0.0.0", UPSTREAM_PORT)).ok() },
+    )
+    .await;
+    file
+}
+
+/// The TCP ports process `pid` listens on: its socket descriptors looked up in the kernel's
+/// socket tables (`/proc/<pid>/net/tcp`, `tcp6`, state `0A`), so what other processes on the
+/// machine listen on does not count.
+fn listening_ports(pid: u32) -> std::io::Result<std::collections::BTreeSet<u16>> {
+    let mut inodes = std::collections::HashSet::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        // A descriptor closed meanwhile is skipped.
+        let Ok(link) = std::fs::read_link(fd?.path()) else {
+            continue;
+        };
+        if let Some(inode) = link
+            .to_str()
+            .and_then(|l| l.strip_prefix("socket:[")?.strip_suffix(']'))
+        {
+            inodes.insert(inode.to_owned());
+        }
+    }
+    let mut ports = std::collections::BTreeSet::new();
+    for table in ["tcp", "tcp6"] {
+        let text = match std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
+            Ok(t) => t,
+            // No IPv6 in this kernel.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        // `sl local_address rem_address st ... uid timeout inode`
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let listening = f.get(3) == Some(&"0A");
+            if !listening || !f.get(9).is_some_and(|i| inodes.contains(*i)) {
+                continue;
+            }
+            if let Some(port) = f
+                .get(1)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            {
+                ports.insert(port);
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// The replica of OCM's own placement controller that holds `placement-lock` in the tests that
+/// swap ours in beside it.
+const UPSTREAM_REPLICA: &str = "cluster-manager-placement-controller-upstream_0";
+
+/// Asserts that `placement-lock` in `hub`'s namespace is still [`UPSTREAM_REPLICA`]'s: ours
+/// stayed a standby.
+async fn still_a_standby(hub: &Hub) {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(hub.client.clone(), &hub.ns);
+    let holder = match leases.get("placement-lock").await {
+        Ok(lease) => lease.spec.and_then(|s| s.holder_identity),
+        Err(e) => panic!("cannot read placement-lock: {e}"),
+    };
+    assert_eq!(holder.as_deref(), Some(UPSTREAM_REPLICA));
+}
+
+/// What the swapped-in binary needs besides the operator's command line: a namespace whose
+/// Lease `placement-lock` a replica of OCM's own controller holds for the test's length (ours
+/// stays a standby and writes nothing: with the operator's command line it would schedule
+/// every namespace of the shared control plane, other tests' too), the binary linked as
+/// `placement`, and what the pod's service account gives it in a cluster (the hub, the pod's
+/// namespace) as the environment kube's and our clients read it from. Nothing else of the test
+/// process's environment is passed on.
+async fn as_operator_runs_it(hub: &Hub, tag: &str) -> (PathBuf, Command) {
+    upstream_lease(hub, &hub.ns, UPSTREAM_REPLICA, Duration::ZERO, 3600).await;
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        panic!("cannot create {}: {e}", dir.display());
+    }
+    let kubeconfig = dir.join("kubeconfig");
+    if let Err(e) = testenv::shared().await.write_kubeconfig(&kubeconfig) {
+        panic!("cannot write {}: {e}", kubeconfig.display());
+    }
+    let placement = dir.join("placement");
+    let _ = std::fs::remove_file(&placement);
+    if let Err(e) =
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_placement-scheduler"), &placement)
+    {
+        panic!("cannot link {}: {e}", placement.display());
+    }
+    let mut cmd = Command::new(&placement);
+    cmd.args(OPERATOR_ARGS)
+        .env_clear()
+        // The operator's own env for the container.
+        .env(
+            "POD_NAME",
+            format!("cluster-manager-placement-controller-{tag}"),
+        )
+        // Stand-ins for the service account's token and namespace files.
+        .env("KUBECONFIG", &kubeconfig)
+        .env("POD_NAMESPACE", &hub.ns);
+    (dir, cmd)
+}
+
+/// Waits until `child` answers `/readyz` 200 on its HTTPS `port` (every watch has listed: by
+/// then every listener it opens is open); a child that exits fails the test with its log.
+async fn ready_on(child: &testenv::process::ChildProcess, port: u16) {
+    eventually("the HTTPS /readyz probe to answer 200", || async {
+        if let Err(e) = child.check_alive() {
+            panic!("{e}");
+        }
+        (probe(port, "/readyz").await == Some(200)).then_some(())
+    })
+    .await;
+}
+
+/// The operator's exact command line and nothing in the environment that sets a listener: the
+/// binary serves what upstream's placement controller serves, `/healthz` (the operator's
+/// probes), `/readyz` and `/metrics` over HTTPS on :8443, and listens on no other port (before:
+/// also plain-HTTP metrics on :8080 and the debug endpoint on :9443, in OCM's pod).
+#[tokio::test]
+async fn as_ocms_placement_controller_it_listens_only_where_upstreams_does() {
+    let _turn = upstream_port_turn().await;
+    let hub = Hub::without_controller("pl-swap-ports").await;
+    let (dir, cmd) = as_operator_runs_it(&hub, "pl-swap-ports").await;
+    let log = dir.join("log");
+    let child = match testenv::process::ChildProcess::start("the placement controller", cmd, &log) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    let healthz = eventually("the HTTPS /healthz probe", || {
+        probe(UPSTREAM_PORT, "/healthz")
+    })
+    .await;
+    assert_eq!(healthz, 200);
+    ready_on(&child, UPSTREAM_PORT).await;
+    assert_eq!(probe(UPSTREAM_PORT, "/metrics").await, Some(200));
+    let ports = match listening_ports(child.pid()) {
+        Ok(p) => p,
+        Err(e) => panic!("cannot read the process's sockets: {e}"),
+    };
+    assert_eq!(
+        ports,
+        [UPSTREAM_PORT].into(),
+        "{}",
+        testenv::process::tail(&log, 40)
+    );
+    drop(child);
+    still_a_standby(&hub).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same command line with --metrics-bind-address (a flag) and DEBUG_BIND_ADDRESS (its
+/// environment variable): the plain-HTTP metrics port and the debug endpoint (HTTPS,
+/// authenticated) are opened besides the HTTPS probe port, and nothing else. The probe port is
+/// moved with LISTEN_ADDRESS, so that this test need not wait for a turn on :8443.
+#[tokio::test]
+async fn as_ocms_placement_controller_it_opens_its_own_listeners_when_asked() {
+    let hub = Hub::without_controller("pl-swap-optin").await;
+    let (dir, mut cmd) = as_operator_runs_it(&hub, "pl-swap-optin").await;
+    let [listen, metrics, debug] = match testenv::ports::free_n::<3>() {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    };
+    cmd.arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+        .env("DEBUG_BIND_ADDRESS", format!("127.0.0.1:{debug}"))
+        .env("LISTEN_ADDRESS", format!("127.0.0.1:{listen}"));
+    let log = dir.join("log");
+    let child = match testenv::process::ChildProcess::start("the placement controller", cmd, &log) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    ready_on(&child, listen).await;
+    let plain = get(&format!("http://127.0.0.1:{metrics}/metrics")).await;
+    assert_eq!(plain.map(|(status, _)| status), Some(200));
+    // Without a bearer token: refused, over TLS.
+    assert_eq!(probe(debug, "/debug/placements/").await, Some(401));
+    let ports = match listening_ports(child.pid()) {
+        Ok(p) => p,
+        Err(e) => panic!("cannot read the process's sockets: {e}"),
+    };
+    assert_eq!(
+        ports,
+        [listen, metrics, debug].into(),
+        "{}",
+        testenv::process::tail(&log, 40)
+    );
+    drop(child);
+    still_a_standby(&hub).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// How long a binary started before its hub is watched waiting for it.
 const UNREACHABLE_FOR: Duration = Duration::from_secs(20);
 

@@ -110,19 +110,31 @@ impl App {
     /// Binds `--metrics-bind-address` and serves `/metrics`, `/healthz` and `/readyz` until the
     /// stop signal; registrations end here (with the leader gauge's).
     pub async fn serve(self, args: &ServeArgs) -> Result<Running, AppError> {
-        let listener = args.bind().await?;
-        let metrics_address = listener.local_addr().ok();
+        self.serve_optional(Some(args)).await
+    }
+
+    /// [`App::serve`], or with `None` no port at all: registrations end, and the registry and
+    /// health are served by whatever other port the binary serves them on
+    /// ([`Running::registry`], [`Running::health`]).
+    pub async fn serve_optional(self, args: Option<&ServeArgs>) -> Result<Running, AppError> {
+        let listener = match args {
+            Some(args) => Some(args.bind().await?),
+            None => None,
+        };
+        let metrics_address = listener.as_ref().and_then(|l| l.local_addr().ok());
         let mut registry = self.registry;
         let leader_gauge = self
             .leader_gauge
             .then(|| LeaderGauge::register(&mut registry));
         let registry = Arc::new(registry);
-        let server = tokio::spawn(serve_metrics(
-            listener,
-            registry.clone(),
-            self.health.clone(),
-            self.shutdown.clone(),
-        ));
+        let server = listener.map(|listener| {
+            tokio::spawn(serve_metrics(
+                listener,
+                registry.clone(),
+                self.health.clone(),
+                self.shutdown.clone(),
+            ))
+        });
         Ok(Running {
             shutdown: self.shutdown,
             registry,
@@ -190,7 +202,8 @@ pub struct Running {
     pub(super) health: Health,
     pub(super) leader_gauge: Option<LeaderGauge>,
     metrics_address: Option<SocketAddr>,
-    server: JoinHandle<()>,
+    /// The metrics server, when it was asked for.
+    server: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -212,7 +225,8 @@ impl Running {
         self.shutdown.peek().is_some()
     }
 
-    /// Where `/metrics` is served (the bound port when the flag said port 0).
+    /// Where `/metrics` is served (the bound port when the flag said port 0); `None` when
+    /// [`App::serve_optional`] was not given a port.
     pub fn metrics_address(&self) -> Option<SocketAddr> {
         self.metrics_address
     }
@@ -242,8 +256,10 @@ impl Running {
         Ok(())
     }
 
-    /// Waits for the metrics server to stop (it does at the stop signal).
+    /// Waits for the metrics server to stop (it does at the stop signal); at once without one.
     pub async fn server_stopped(self) {
-        let _ = self.server.await;
+        if let Some(server) = self.server {
+            let _ = server.await;
+        }
     }
 }

@@ -115,6 +115,24 @@ async fn without_leader_election_there_is_no_leader_gauge() {
     assert!(!metrics.contains("leader_election"), "{metrics}");
 }
 
+/// Without a port nothing is bound, and the registry and health are still there for another
+/// port to serve; the server is already stopped.
+#[tokio::test]
+async fn serving_without_a_port_binds_none_and_keeps_the_registry() {
+    let mut app = App::new("test/0");
+    let passes = prometheus_client::metrics::counter::Counter::<u64>::default();
+    app.registry().register("passes", "Passes", passes.clone());
+    passes.inc_by(2);
+    let running = app.serve_optional(None).await.unwrap();
+    assert_eq!(running.metrics_address(), None);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &running.registry()).unwrap();
+    assert!(text.contains("passes_total 2"), "{text}");
+    running.health().set_ready(true);
+    assert!(running.health().is_ready());
+    running.server_stopped().await;
+}
+
 /// With `--leader-elect=false` the work runs at once, with no leadership to check.
 #[tokio::test]
 async fn run_elected_without_election_runs_the_work() {
