@@ -357,6 +357,20 @@ impl Outcome {
             .sum()
     }
 
+    /// This run's figures for `--json` (see data.rs).
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "controller": self.kind.name(),
+            "stability": self.stability,
+            "mode": self.mode.policy(),
+            "placements": self.placements,
+            "steps": self.steps,
+            "changes_per_100_steps": crate::data::r2(self.rate()),
+            "regret": (self.regret * 10.0).round() / 10.0,
+            "decision_writes": crate::data::r2(self.decision_writes()),
+        })
+    }
+
     pub(crate) fn row(&self) -> String {
         format!(
             "| {} | {} | {:.2} | {:.1} | {} / {} | {} of {} | {} | {:.2} | {} | {} | {} |",

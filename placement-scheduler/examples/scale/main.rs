@@ -39,14 +39,17 @@
 //! cargo run --release -p placement-scheduler --example scale -- --controller both \
 //!     --scenario flap --stability '{"minScoreGain": 30}' --out flap.md
 //! # knobs: --clusters --placements --steps --step-interval --noise --seed --flap-mode
+//! # --json <path>: the figures as JSON too (throughput, moves/burst/react, flap), with the
+//! # run's date, commit and command: the format of docs/figures/data/ (data.rs), which
+//! # `cargo run -p plots` draws into docs/figures/*.svg.
 //! ```
 //!
 //! placement-scheduler/examples/scale/: this file holds the flags and runs the scenarios; `hub.rs` the
 //! control plane and the fleet, `controller.rs` the controller's binary and process,
 //! `upstream.rs` upstream's (its flags, its HTTPS metrics), `measure.rs` what is read and what
 //! changed between two points, one file per scenario (`throughput.rs`, `reaction.rs`,
-//! `moves.rs`: issue 22's moves and burst, `flap.rs`: wandering scores) and
-//! `report.rs`. What every harness needs (ports,
+//! `moves.rs`: issue 22's moves and burst, `flap.rs`: wandering scores), `report.rs` and
+//! `data.rs` (`--json`). What every harness needs (ports,
 //! builds, processes, retries, polls, /metrics, /proc) is in `testenv`.
 //!
 //! The harness builds the controller binary itself (`cargo build -p placement-scheduler --bin
@@ -86,6 +89,7 @@ use testenv::procfs;
 use testenv::scrape::{self, Sample};
 
 mod controller;
+mod data;
 mod flap;
 mod hub;
 mod measure;
@@ -131,6 +135,11 @@ struct Args {
     /// Also write the markdown report to this file.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Also write the figures as JSON to this file, with the run's date, commit and command
+    /// (the throughput, moves/burst/react and flap scenarios' figures; the format of
+    /// docs/figures/data/, which `cargo run -p plots` draws).
+    #[arg(long)]
+    json: Option<PathBuf>,
     /// Harness requests in flight at once while creating clusters, scores and placements.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
@@ -338,6 +347,7 @@ async fn run(args: &Args) -> Result<()> {
     let mut summary = Vec::new();
     let mut throughputs = Vec::new();
     let mut reactions = Vec::new();
+    let mut flaps = Vec::new();
     match args.scenario {
         Scenario::Throughput => {
             for &kind in kinds {
@@ -421,17 +431,16 @@ async fn run(args: &Args) -> Result<()> {
                 args.noise,
                 args.seed,
             );
-            let mut results = Vec::new();
             for &mode in args.flap_mode.modes() {
                 for &kind in kinds {
-                    results.push(flap::run(&env, &plan, kind, mode, None).await?);
+                    flaps.push(flap::run(&env, &plan, kind, mode, None).await?);
                     if kind == Kind::Ours && args.stability.is_some() {
                         let st = args.stability.as_deref();
-                        results.push(flap::run(&env, &plan, kind, mode, st).await?);
+                        flaps.push(flap::run(&env, &plan, kind, mode, st).await?);
                     }
                 }
             }
-            sections.push(flap::section(&plan, args, &results));
+            sections.push(flap::section(&plan, args, &flaps));
         }
     }
     if !throughputs.is_empty() {
@@ -442,6 +451,14 @@ async fn run(args: &Args) -> Result<()> {
     if let Some(out) = &args.out {
         std::fs::write(out, &report).map_err(|e| format!("write {}: {e}", out.display()))?;
         eprintln!("report written to {}", out.display());
+    }
+    if let Some(path) = &args.json {
+        let runs = data::Runs {
+            throughput: &throughputs,
+            moves: &reactions,
+            flap: &flaps,
+        };
+        data::write(path, &data::document(args, started, &rev, &runs))?;
     }
     Ok(())
 }

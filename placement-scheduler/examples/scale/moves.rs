@@ -302,6 +302,31 @@ impl Outcome {
             .sum()
     }
 
+    /// This run's figures for `--json` (see data.rs): moves' p50/p99, the burst's time until
+    /// final, and for both the controller's CPU, the writes per move and passes per placement.
+    pub fn json(&self) -> serde_json::Value {
+        use crate::data::{mb_value, ms_value, r2, s};
+        let mut v = self.latencies.clone();
+        v.sort();
+        let moves = matches!(self.shape, Shape::Moves);
+        json!({
+            "controller": self.kind.name(),
+            "shape": self.shape.name(),
+            "clusters": self.clusters,
+            "placements": self.placements,
+            "moves": moves.then_some(self.latencies.len()),
+            "timeouts": moves.then_some(self.timeouts),
+            "p50_ms": moves.then(|| ms_value(percentile(&v, 50.0))),
+            "p99_ms": moves.then(|| ms_value(percentile(&v, 99.0))),
+            "final_after_s": self.final_after.filter(|_| !moves).map(s),
+            "controller_cpu_s": s(self.window.controller_cpu),
+            "other_cpu_s": s(self.window.other_cpu),
+            "writes_per_move": moves.then(|| r2(crate::measure::api_writes(&self.window.apiserver) / self.moves() as f64)),
+            "passes_per_placement": r2(self.window.passes / self.placements as f64),
+            "peak_rss_mb": mb_value(self.peak_rss),
+        })
+    }
+
     /// One line for the log and the details list.
     pub fn detail_row(&self) -> String {
         let w = &self.window;

@@ -279,6 +279,28 @@ impl ThroughputResult {
         (api_writes(w) / n, by_verb.join(", "))
     }
 
+    /// This run's figures for `--json` (see data.rs).
+    pub(crate) fn json(&self) -> Value {
+        use crate::data::{mb_value, r2, s};
+        let w = &self.to_decided;
+        json!({
+            "controller": self.kind.name(),
+            "placements": self.placements,
+            "clusters": self.clusters,
+            "decided_s": self.decided.map(s),
+            "decided_count": self.decided_count,
+            "settled_s": self.settled.map(s),
+            "controller_cpu_s": s(w.controller_cpu),
+            "apiserver_cpu_s": s(w.apiserver_cpu),
+            "other_cpu_s": s(w.other_cpu),
+            "peak_rss_mb": mb_value(self.peak_rss),
+            "writes_per_placement": r2(self.writes_per_placement().0),
+            "idle_s": self.idle.as_ref().map(|i| s(i.wall)),
+            "idle_cpu_s": self.idle.as_ref().map(|i| s(i.controller_cpu)),
+            "idle_passes": self.idle.as_ref().map(|i| i.passes),
+        })
+    }
+
     pub(crate) fn summary_row(&self) -> String {
         let w = &self.to_decided;
         format!(
