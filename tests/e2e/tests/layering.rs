@@ -4,7 +4,8 @@
 //!   no Kubernetes client, no async runtime and no HTTP stack, and their sources read no clock
 //!   (the caller passes `now` and a deadline);
 //! - the score-provider framework knows none of its providers: its tree holds no provider
-//!   crate and nothing only a provider needs (the host probe).
+//!   crate and nothing only a provider needs (the host probe);
+//! - the binaries that ship do not carry the figures' plotting library (`tools/plots`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,7 +33,25 @@ const RULES: &[(&str, &[&str], &str)] = &[
         ],
         "know none of its providers",
     ),
+    (
+        "placement-scheduler",
+        NO_PLOTS,
+        "ship without the plotting tool",
+    ),
+    (
+        "resource-usage-agent",
+        NO_PLOTS,
+        "ship without the plotting tool",
+    ),
+    (
+        "addon-manager-and-scorer",
+        NO_PLOTS,
+        "ship without the plotting tool",
+    ),
 ];
+
+/// What only `tools/plots` (the docs' figures) needs.
+const NO_PLOTS: &[&str] = &["plots", "plotters", "plotters-svg", "plotters-backend"];
 
 /// Clock reads; the core takes time as input instead.
 const CLOCK_READS: &[&str] = &["Timestamp::now", "SystemTime::now", "Instant::now"];
