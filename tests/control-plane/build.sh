@@ -3,11 +3,28 @@
 # upstream OCM CRDs, into a versioned cache outside the work tree. Only what is missing is built,
 # so a second run costs nothing. Prints the cache directory on its last line.
 #
+#   tests/control-plane/build.sh [etcd|kube-apiserver|kube-controller-manager|crds ...]
+#                                 only these (default: all four)
 #   OCM_PLACEMENT_CACHE   cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/ocm-placement)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
+
+for c in "$@"; do
+  case $c in
+    etcd|kube-apiserver|kube-controller-manager|crds) ;;
+    *) echo "build.sh: unknown component '$c' (etcd, kube-apiserver, kube-controller-manager, crds)" >&2; exit 2 ;;
+  esac
+done
+# want <component>: whether this run builds it.
+want() {
+  [ ${#only[@]} -eq 0 ] && return 0
+  local c
+  for c in "${only[@]}"; do [ "$c" = "$1" ] && return 0; done
+  return 1
+}
+only=("$@")
 
 cache=${OCM_PLACEMENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ocm-placement}/control-plane
 mkdir -p "$cache"
@@ -28,22 +45,24 @@ build() {
   echo "built $dest in $((SECONDS - start))s"
 }
 
-build "$cache/etcd-$ETCD_VERSION/etcd" "$here/etcd" go.etcd.io/etcd/server/v3
+want etcd && build "$cache/etcd-$ETCD_VERSION/etcd" "$here/etcd" go.etcd.io/etcd/server/v3
 
 kv=${KUBE_VERSION#v}
 vpkg=k8s.io/component-base/version
-build "$cache/kube-apiserver-$KUBE_VERSION/kube-apiserver" "$here/kube-apiserver" \
+want kube-apiserver && build "$cache/kube-apiserver-$KUBE_VERSION/kube-apiserver" "$here/kube-apiserver" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   -ldflags "-s -w -X $vpkg.gitVersion=$KUBE_VERSION -X $vpkg.gitMajor=${kv%%.*} -X $vpkg.gitMinor=$(echo "$kv" | cut -d. -f2) -X $vpkg.gitTreeState=clean"
 
 # The CSR signer for the tests with upstream OCM agents (tests/testenv's ocm_agents module): same
 # module and version as kube-apiserver, so it shares that build's compiled packages.
-build "$cache/kube-controller-manager-$KUBE_VERSION/kube-controller-manager" "$here/kube-apiserver" \
+want kube-controller-manager && build "$cache/kube-controller-manager-$KUBE_VERSION/kube-controller-manager" "$here/kube-apiserver" \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   -ldflags "-s -w -X $vpkg.gitVersion=$KUBE_VERSION -X $vpkg.gitMajor=${kv%%.*} -X $vpkg.gitMinor=$(echo "$kv" | cut -d. -f2) -X $vpkg.gitTreeState=clean"
 
 crds="$cache/ocm-api-$OCM_API_VERSION/crds"
-if [ -d "$crds" ] && [ -n "$(ls -A "$crds")" ]; then
+if ! want crds; then
+  :
+elif [ -d "$crds" ] && [ -n "$(ls -A "$crds")" ]; then
   echo "cached: $crds"
 else
   dir=$(go mod download -json "open-cluster-management.io/api@$OCM_API_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')

@@ -8,4 +8,5 @@ pub mod chart;
 pub mod chart_readme;
 pub mod flags_reference;
 pub mod fleet;
+pub mod prereqs;
 pub mod thanos;

@@ -4,12 +4,17 @@
 //! everything.
 //!
 //! Each cluster is a real one (its own apiserver, upstream OCM's klusterlet registering it and
-//! applying the agent's ManifestWork; OCM's binaries are built on first run, then cached);
-//! `--simulated` plays the clusters on the hub instead.
+//! applying the agent's ManifestWork); `--simulated` plays the clusters on the hub instead.
+//!
+//! One command on a fresh clone: what the fleet runs and the cache lacks is built first, once
+//! (kube-apiserver, etcd and the OCM CRDs with tests/control-plane/build.sh; for real clusters
+//! kube-controller-manager too and OCM's agents with tests/ocm/build.sh; for `--thanos`
+//! Prometheus and Thanos), with a progress line and the expected time.
 //!
 //! ```sh
 //! cargo run -p e2e --bin fleet
 //! cargo run -p e2e --bin fleet -- --simulated
+//! cargo run -p e2e --bin fleet -- --check-deps      # what is missing, and the commands
 //! ```
 
 use std::collections::BTreeMap;
@@ -18,6 +23,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use e2e::fleet::{Fleet, Options, binaries};
+use e2e::prereqs::{self, Mode};
 use serde_json::json;
 
 /// A local fleet whose decisions follow the clusters' free CPU.
@@ -44,6 +50,13 @@ struct Args {
     /// cluster rather than ~400 MB. The Thanos mode is always simulated.
     #[arg(long, env = "FLEET_SIMULATED")]
     simulated: bool,
+    /// Only say what this fleet needs that the cache lacks, and the commands that build it;
+    /// exit with status 1 when something is missing.
+    #[arg(long)]
+    check_deps: bool,
+    /// Fail at once, naming the commands, instead of building what the cache lacks.
+    #[arg(long)]
+    no_build_deps: bool,
 }
 
 fn main() -> ExitCode {
@@ -78,6 +91,31 @@ async fn run(args: Args) -> Result<(), e2e::fleet::Error> {
             let _ = stop_tx.send(true);
         }
     });
+    let mode = if args.thanos {
+        Mode::Thanos
+    } else if args.simulated {
+        Mode::Simulated
+    } else {
+        Mode::Real
+    };
+    let needed = prereqs::missing(mode);
+    if args.check_deps {
+        if needed.is_empty() {
+            println!(
+                "nothing missing: {} holds what this fleet runs",
+                prereqs::cache_root().display()
+            );
+            return Ok(());
+        }
+        print!("{}", prereqs::report(&needed));
+        return Err(format!("{} build(s) missing", needed.len()).into());
+    }
+    if !needed.is_empty() {
+        if args.no_build_deps {
+            return Err(format!("{}(--no-build-deps)", prereqs::report(&needed)).into());
+        }
+        prereqs::build(&needed, &logs)?;
+    }
     eprintln!("building the binaries (scheduler, add-on manager, agent)...");
     let bin_dir = binaries(true)?;
     let opts = Options {
