@@ -41,7 +41,8 @@ struct Args {
     logs: Option<std::path::PathBuf>,
     /// The Thanos mode: instead of the agents, per cluster a Prometheus with its Thanos sidecar
     /// (external labels `cluster`, `replica`), Thanos Query on the hub, and the hub scorer
-    /// writing the scores from it (needs tests/thanos/build.sh and tests/prometheus/build.sh).
+    /// writing the scores from it (Prometheus and Thanos are built on first use, with
+    /// tests/prometheus/build.sh and tests/thanos/build.sh).
     #[arg(long, env = "FLEET_THANOS")]
     thanos: bool,
     /// Simulate the managed clusters on the hub (their nodes and pods are hub objects, no
