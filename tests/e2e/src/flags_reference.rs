@@ -50,6 +50,12 @@ pub const COMMANDS: &[(&str, &str, Option<&str>, &str)] = &[
         "this machine's or cluster's scores as JSON, no hub",
     ),
     ("e2e", "fleet", None, "the local fleet"),
+    (
+        "ocm-api",
+        "crdgen",
+        None,
+        "print this project's CRDs (the chart's `files/crds.yaml`)",
+    ),
 ];
 
 /// One option or argument of a `--help`.
@@ -67,7 +73,8 @@ pub fn parse_help(text: &str) -> Vec<Flag> {
     let mut flags: Vec<Flag> = Vec::new();
     let mut in_section = false;
     for line in text.lines() {
-        if line == "Options:" || line == "Arguments:" {
+        // `Options:`, `Arguments:` and clap's `help_heading` sections (`Some heading:`).
+        if !line.starts_with(' ') && line.ends_with(':') && !line.starts_with("Usage") {
             in_section = true;
             continue;
         }

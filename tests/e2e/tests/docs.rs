@@ -60,7 +60,14 @@ const OUTPUT_OF: &str = "<!-- output of the command above -->";
 /// `cargo` command builds, so its deadline covers a first build of the package from scratch.
 const RUN_HERE: &[(&str, u64)] = &[
     ("cargo run -p placement-scheduler -- simulate", 1800),
-    ("resource-usage-agent print --source host", 120),
+    (
+        "cargo run -q -p placement-scheduler -- simulate --placement dr/dr-workload",
+        1800,
+    ),
+    (
+        "cargo run -q -p placement-scheduler -- simulate examples/fleet examples/fleet-failover --placement dr/dr-workload",
+        1800,
+    ),
 ];
 
 /// README commands another test (or CI) runs, with the file that runs them (matched as in
@@ -118,6 +125,11 @@ const OTHER_TOOLS: &[&str] = &[
 const OTHER_FLAGS: &[(&str, Option<&str>, &str)] = &[
     ("list", Some("images/build.sh"), "images/build.sh"),
     ("set", None, "helm install/upgrade"),
+    (
+        "reuse-values",
+        None,
+        "helm upgrade (the command the changelog warns about)",
+    ),
     ("endpoint", None, "thanos query (a store it queries)"),
     (
         "endpoint-strict",
