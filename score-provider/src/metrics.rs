@@ -59,7 +59,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             computes: Family::default(),
-            // 100 µs to ~3 s.
+            // 100 µs to ~1.6 s (15 doublings).
             compute_seconds: Histogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(1e-4, 2.0, 15),
             ),

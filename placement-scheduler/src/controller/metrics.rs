@@ -121,7 +121,7 @@ impl Metrics {
         );
         r.register(
             "schedules",
-            "Placements scheduled, by result (success, warning, misconfigured, error, write_error)",
+            "Placements scheduled, by result (success, warning, misconfigured, limit_exceeded, error, transient, write_error)",
             m.schedules.clone(),
         );
         r.register(

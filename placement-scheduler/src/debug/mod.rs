@@ -224,7 +224,7 @@ impl DebugMetrics {
         );
         r.register(
             "requests_throttled",
-            "Debug requests answered 429 because --debug-max-concurrent-requests were in progress",
+            "Debug requests answered 429: no free slot (--debug-max-concurrent-requests), beyond the caller's share (--debug-max-requests-per-user), or past its source's TokenReview rate (--debug-max-token-reviews-per-source)",
             m.throttled.clone(),
         );
         m
