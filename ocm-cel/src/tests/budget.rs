@@ -366,7 +366,10 @@ fn the_size_count_before_parsing_is_a_lower_bound_of_the_compiled_size() {
 #[test]
 fn an_expression_surely_too_big_is_refused_before_it_is_parsed() {
     // Unterminated: the parser would report a syntax error; the count refuses it first.
-    let huge = format!("managedCluster.metadata.name in [{}", vec!["0"; 45_000].join(","));
+    let huge = format!(
+        "managedCluster.metadata.name in [{}",
+        vec!["0"; 45_000].join(",")
+    );
     let error = compile(&[&huge]).err().unwrap_or_default();
     assert!(
         error.contains("celExpressions[0] holds at least 45004 literals and names")
@@ -376,7 +379,7 @@ fn an_expression_surely_too_big_is_refused_before_it_is_parsed() {
     // Five expressions each under the per-expression bound, together over the Placement's.
     let n = (MAX_COMPILED_EXPRESSION_BYTES / cost::NODE_BYTES) - 10;
     let big = format!("[{}", vec!["0"; n].join(","));
-    let error = compile(&vec![big.as_str(); 5]).err().unwrap_or_default();
+    let error = compile(&[big.as_str(); 5]).err().unwrap_or_default();
     assert!(
         error.contains("compile to at least") && error.contains("bytes per Placement"),
         "{error}"
