@@ -3,10 +3,12 @@
 # linked on the host (cargo, release, +crt-static on the gnu target), then one image each from
 # images/Containerfile with Debian's buildah (vfs storage, chroot isolation; installed with
 # apt-get when missing, as root). The images are named as the chart names them:
-# <registry>/<binary>:<tag>, the registry and the tag defaulting to the chart's (image.registry
-# in values.yaml, appVersion in Chart.yaml).
+# <registry>/<binary>:<tag>, the tag defaulting to the chart's appVersion (Chart.yaml). No
+# images are published: the chart has no default registry (its image.registry is required), and
+# without --registry or --push the images are named for this machine only, under localhost/
+# (where buildah and podman keep local images).
 #
-#   images/build.sh                      build all three (quay.io/ocm-placement/*:<appVersion>)
+#   images/build.sh                      build all three (localhost/ocm-placement/*:<appVersion>)
 #   images/build.sh --push registry.example.com/me
 #                                        build, name for that registry and push there
 #                                        (log in first: buildah login registry.example.com);
@@ -33,13 +35,14 @@ log() { echo "$*" >&2; }
 die() { echo "images/build.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit "${1:-0}"; }
 
-# The chart's defaults: the one place the image names come from.
+# The tag is the chart's appVersion, as the chart's default image.tag; the registry is local
+# until --registry or --push names one.
 chart=$root/charts/ocm-placement
-registry=$(sed -n '/^image:/,/^[^ #]/ s/^  registry: *\([^ #]*\).*/\1/p' "$chart/values.yaml")
+registry=localhost/ocm-placement
 tag=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$chart/Chart.yaml")
 licenses=$(sed -n 's/^license = "\(.*\)"/\1/p' "$root/Cargo.toml")
 if [ -z "$registry" ] || [ -z "$tag" ] || [ -z "$licenses" ]; then
-  die "cannot read image.registry, appVersion or the licence from the chart and Cargo.toml"
+  die "cannot read appVersion or the licence from the chart and Cargo.toml"
 fi
 
 push=

@@ -50,6 +50,82 @@ pub async fn helm_on(
     Ok(out)
 }
 
+/// The release name and namespace the chart README's commands use, as printed.
+pub const README_RELEASE: &str = "ocm-placement";
+pub const README_NAMESPACE: &str = "open-cluster-management-placement";
+
+/// The first ```` ```sh ```` block after the first line of the chart's README that starts with
+/// `after` (a heading, say `## Upgrade`): a command the README prints, for a test to run as
+/// printed.
+pub fn readme_block(after: &str) -> Result<String, Error> {
+    let path = chart_dir().join("README.md");
+    let text = std::fs::read_to_string(&path)?;
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(after));
+    if lines.next().is_none() {
+        return Err(format!("{}: no line starting with {after:?}", path.display()).into());
+    }
+    let mut lines = lines.skip_while(|l| l.trim() != "```sh");
+    if lines.next().is_none() {
+        return Err(format!("{}: no ```sh block after {after:?}", path.display()).into());
+    }
+    let mut block = Vec::new();
+    for l in lines {
+        if l.trim() == "```" {
+            return Ok(block.join("\n") + "\n");
+        }
+        block.push(l.trim_start());
+    }
+    Err(format!(
+        "{}: the ```sh block after {after:?} never ends",
+        path.display()
+    )
+    .into())
+}
+
+/// Runs `script` (a block of the README) with `sh -e` from the repository root, as a user
+/// pastes it: the pinned helm first on PATH, under the name `helm`, against `kubeconfig`, with
+/// helm's homes in a directory of its own (no inherited `HELM_*`), as `testenv::helm` runs it.
+/// Its output, whatever its status.
+pub async fn run_as_printed(
+    script: String,
+    kubeconfig: PathBuf,
+) -> Result<std::process::Output, Error> {
+    let repo = chart_dir().join("../..");
+    let helm = testenv::helm::binary()?;
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tokio::task::spawn_blocking(move || -> Result<std::process::Output, Error> {
+        let home = std::env::temp_dir().join(format!("chart-readme-{}-{run}", std::process::id()));
+        let bin = home.join("bin");
+        std::fs::create_dir_all(&bin)?;
+        std::os::unix::fs::symlink(&helm, bin.join("helm"))?;
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let path =
+            std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(&path)))?;
+        let mut cmd = Command::new("sh");
+        cmd.args(["-e", "-c", &script]).current_dir(&repo);
+        for (key, _) in std::env::vars_os() {
+            if key.to_str().is_some_and(|k| k.starts_with("HELM_")) {
+                cmd.env_remove(key);
+            }
+        }
+        for sub in ["cache", "config", "data", "home"] {
+            std::fs::create_dir_all(home.join(sub))?;
+        }
+        let out = cmd
+            .env("PATH", path)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .env("HOME", home.join("home"))
+            .output()?;
+        let _ = std::fs::remove_dir_all(&home);
+        Ok(out)
+    })
+    .await?
+}
+
 /// `promtool`, kept beside the cached `prometheus` by `tests/prometheus/build.sh`.
 pub fn promtool() -> Result<PathBuf, Error> {
     let prometheus = testenv::prometheus::binary()?;
@@ -111,11 +187,11 @@ pub async fn run_as_the_chart(
         let image = spec["containers"][0]["image"]
             .as_str()
             .ok_or("a Deployment without an image")?;
-        // <registry>/<binary>:<tag>
+        // <registry>/<binary>:<tag> or <registry>/<binary>@<digest>
         let binary = image
             .rsplit('/')
             .next()
-            .and_then(|i| i.split(':').next())
+            .and_then(|i| i.split([':', '@']).next())
             .ok_or_else(|| format!("no binary name in {image}"))?;
         let port = free_port()?;
         let args: Vec<String> = spec["containers"][0]["args"]

@@ -132,6 +132,11 @@ fn type_of(root: &Value, prop: &Value) -> String {
             .collect();
         return format!("one of {}", v.join(", "));
     }
+    // Several types (`maxUnavailable`: a number or a percentage).
+    if let Some(types) = prop.get("type").and_then(Value::as_array) {
+        let names: Vec<&str> = types.iter().filter_map(Value::as_str).collect();
+        return names.join(" or ");
+    }
     let t = prop.get("type").and_then(Value::as_str).unwrap_or("any");
     match t {
         "array" => match prop.pointer("/items/type").and_then(Value::as_str) {

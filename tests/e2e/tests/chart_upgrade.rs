@@ -1,15 +1,22 @@
 //! Upgrading a release of the chart as an earlier commit had it (`fixtures/chart-29155e1`, with
-//! the scheduler on by default) to the current chart, with the real `helm`, on a bare hub whose
-//! OCM CRDs the chart installs (`installCRDs=true`): the Placements' decisions and the agents'
-//! scores stay, no CRD is lost or recreated, and the current components run under the upgraded
-//! RBAC. Its own control plane: the chart's cluster-scoped objects (CRDs, ClusterRoles, the
-//! add-on) have fixed names, and the chart test's hub already has the CRDs.
+//! the scheduler on by default and no monitoring values) to the current chart with the upgrade
+//! command the chart README prints, run as printed (the README names the release and the
+//! namespace this test uses), with the real `helm`, on a bare hub whose OCM CRDs the chart
+//! installs (`installCRDs=true`): the release then has the current chart's defaults under the
+//! values the user set, the Placements' decisions and the agents' scores stay, no CRD is lost
+//! or recreated, and the current components run under the upgraded RBAC. Its own control
+//! plane: the chart's cluster-scoped objects (CRDs, ClusterRoles, the add-on) have fixed names,
+//! and the chart test's hub already has the CRDs.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use e2e::chart::{chart_dir, fixture, helm_on, render, run_as_the_chart};
+use e2e::chart::{
+    README_NAMESPACE, README_RELEASE, chart_dir, fixture, helm_on, readme_block, run_as_printed,
+    run_as_the_chart,
+};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use ocm_api::{AddOnPlacementScore, Placement, PlacementDecision};
@@ -17,6 +24,12 @@ use serde_json::{Value, json};
 use testenv::{ControlPlane, eventually};
 
 const DEADLINE: Duration = Duration::from_secs(60);
+
+/// What the user set at install, as the README's install commands do: the registry, the CRDs,
+/// no manager yet (the add-on's objects need the CRDs first). Nothing about the scheduler: the
+/// earlier chart's default (on) ran it.
+const INSTALLED: &str =
+    "image.registry=registry.example.com/ocm-placement,installCRDs=true,manager.enabled=false";
 
 fn strings(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| (*s).to_owned()).collect()
@@ -73,31 +86,102 @@ async fn crds(client: &kube::Client) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The release's manifest (`helm get manifest`), parsed: what the components run as.
+async fn manifest(kubeconfig: &Path) -> Vec<Value> {
+    let out = helm(
+        &[
+            "get",
+            "manifest",
+            README_RELEASE,
+            "--namespace",
+            README_NAMESPACE,
+        ],
+        kubeconfig,
+    )
+    .await;
+    serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout))
+        .expect("the manifest's YAML")
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// `helm get values --all`: every value the release renders with.
+async fn release_values(kubeconfig: &Path) -> Value {
+    let out = helm(
+        &[
+            "get",
+            "values",
+            README_RELEASE,
+            "--namespace",
+            README_NAMESPACE,
+            "--all",
+            "-o",
+            "json",
+        ],
+        kubeconfig,
+    )
+    .await;
+    serde_json::from_slice(&out.stdout).expect("helm get values JSON")
+}
+
+/// `over` laid over `base`, maps merged key by key (as Helm merges values).
+fn merged(mut base: Value, over: &Value) -> Value {
+    match (base.as_object_mut(), over.as_object()) {
+        (Some(b), Some(o)) => {
+            for (k, v) in o {
+                let merged_value = merged(b.get(k).cloned().unwrap_or(Value::Null), v);
+                b.insert(k.clone(), merged_value);
+            }
+            base
+        }
+        _ => over.clone(),
+    }
+}
+
+/// `a.b=x,c=y` as nested JSON (strings and booleans only).
+fn set_values(set: &str) -> Value {
+    let mut out = json!({});
+    for pair in set.split(',') {
+        let (key, value) = pair.split_once('=').expect("key=value");
+        let value = match value {
+            "true" => json!(true),
+            "false" => json!(false),
+            v => json!(v),
+        };
+        let nested = key.rsplit('.').fold(value, |inner, k| json!({ k: inner }));
+        out = merged(out, &nested);
+    }
+    out
+}
+
 #[tokio::test]
-async fn upgrades_an_earlier_chart_keeping_decisions_scores_and_crds() {
-    let old_chart = fixture("chart-29155e1");
-    let new_chart = chart_dir();
-    let (old, new) = (
-        old_chart.display().to_string(),
-        new_chart.display().to_string(),
-    );
+async fn upgrades_an_earlier_chart_with_the_readme_command() {
+    let ns = README_NAMESPACE;
+    let old_chart = fixture("chart-29155e1").display().to_string();
+    let new_chart = chart_dir().display().to_string();
     let cp = ControlPlane::start(testenv::Options::default())
         .await
         .expect("a bare control plane");
     let client = cp.client().expect("client");
-    let ns = testenv::namespace(&client, "ocm-placement")
-        .await
-        .expect("ns");
     let dir = std::env::temp_dir().join(format!("chart-upgrade-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let kc = dir.join("kubeconfig");
     cp.write_kubeconfig(&kc).expect("kubeconfig");
 
-    // Revision 1: the old chart as a bare hub installs it: the CRDs and its default scheduler
-    // (the add-on's objects need the CRDs to exist first).
-    let first = "installCRDs=true,manager.enabled=false";
+    // Revision 1: the earlier chart, as a bare hub installs it: the CRDs and its default
+    // scheduler.
     helm(
-        &["install", "r", &old, "--namespace", &ns, "--set", first],
+        &[
+            "install",
+            README_RELEASE,
+            &old_chart,
+            "--namespace",
+            ns,
+            "--create-namespace",
+            "--set",
+            INSTALLED,
+        ],
         &kc,
     )
     .await;
@@ -120,7 +204,7 @@ async fn upgrades_an_earlier_chart_keeping_decisions_scores_and_crds() {
                 "prioritizerPolicy": {"mode": "Exact", "configurations": [
                     {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "resource-usage-score", "scoreName": "cpuAvailable"}}, "weight": 1}]}}}),
     ] {
-        testenv::apply(&client, &obj, &ns)
+        testenv::apply(&client, &obj, ns)
             .await
             .unwrap_or_else(|e| panic!("{obj}: {e}"));
     }
@@ -129,7 +213,10 @@ async fn upgrades_an_earlier_chart_keeping_decisions_scores_and_crds() {
     for (c, cpu) in clusters {
         let cluster = format!("{ns}-{c}");
         for obj in [
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster}}),
+            // Labelled as OCM's registration labels a cluster's namespace: the only namespaces
+            // the manager's admission policy lets it write in.
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster,
+                "labels": {"open-cluster-management.io/cluster-name": cluster}}}),
             json!({"apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
                 "metadata": {"name": cluster, "labels": {"cluster.open-cluster-management.io/clusterset": "fleet"}},
                 "spec": {"hubAcceptsClient": true}}),
@@ -171,42 +258,77 @@ async fn upgrades_an_earlier_chart_keeping_decisions_scores_and_crds() {
         v
     };
 
-    // The old chart's scheduler, as the old chart's identity, decides: c2 (80 free).
+    // The earlier chart's scheduler, as the earlier chart's identity, decides: c2 (80 free).
     let bins = e2e::fleet::binaries(false).expect("binaries");
-    let old_docs = render(&old_chart, &ns, &["--set", first]).expect("the old chart");
-    let running = run_as_the_chart(&cp, &old_docs, &ns, &bins)
+    let running = run_as_the_chart(&cp, &manifest(&kc).await, ns, &bins)
         .await
-        .expect("the old chart's scheduler");
+        .expect("the earlier chart's scheduler");
+    assert_eq!(running.ports.len(), 1, "{:?}", running.ports);
     let want = vec![format!("{ns}-c2")];
-    let decided = eventually("the old chart's scheduler decides c2", DEADLINE, || async {
-        let d = decisions(&client, &ns, "primary").await;
-        (d.len() == 1 && d.values().all(|(_, c)| *c == want)).then_some(d)
-    })
+    let decided = eventually(
+        "the earlier chart's scheduler decides c2",
+        DEADLINE,
+        || async {
+            let d = decisions(&client, ns, "primary").await;
+            (d.len() == 1 && d.values().all(|(_, c)| *c == want)).then_some(d)
+        },
+    )
     .await;
     drop(running);
     let scores_before = score_versions().await;
 
-    // Revision 2: the current chart; the scheduler kept on (no longer the default), the add-on
-    // on now that the CRDs exist.
-    helm(
-        &[
-            "upgrade",
-            "r",
-            &new,
-            "--namespace",
-            &ns,
-            "--set",
-            "installCRDs=true,scheduler.enabled=true",
-        ],
+    // Revision 2: the README's upgrade command, as printed, from the repository root.
+    let command = readme_block("## Upgrade").expect("the README's upgrade command");
+    assert!(
+        command.contains("helm upgrade") && command.contains(&format!("-n {ns}")),
+        "{command}"
+    );
+    let out = run_as_printed(command.clone(), kc.clone())
+        .await
+        .expect("run the README's upgrade command");
+    assert!(
+        out.status.success(),
+        "{command}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = helm(
+        &["status", README_RELEASE, "--namespace", ns, "-o", "json"],
         &kc,
     )
     .await;
-    let status = helm(&["status", "r", "--namespace", &ns, "-o", "json"], &kc).await;
     let status: Value = serde_json::from_slice(&status.stdout).expect("helm status JSON");
     assert_eq!(status["info"]["status"], "deployed", "{status}");
     assert_eq!(status["version"], 2, "{status}");
 
-    // No CRD lost or recreated; every current one there.
+    // The current chart's defaults, under what the user set: nothing of the earlier chart's
+    // defaults (its scheduler.enabled: true), nothing missing (monitoring, runbooks, budgets).
+    let defaults: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml"),
+    )
+    .expect("values.yaml");
+    let want_values = merged(defaults, &set_values(INSTALLED));
+    assert_eq!(
+        release_values(&kc).await,
+        want_values,
+        "the values after `{command}`"
+    );
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
+    eventually(
+        "the scheduler's Deployment removed (opt-in now)",
+        DEADLINE,
+        || async {
+            deployments
+                .get_opt("placement-scheduler")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+
+    // No CRD lost or recreated; every current one there; the decisions and scores as they were.
     let crds_after = crds(&client).await;
     for (name, uid) in &crds_before {
         assert_eq!(crds_after.get(name), Some(uid), "CRD {name} kept as it was");
@@ -215,23 +337,41 @@ async fn upgrades_an_earlier_chart_keeping_decisions_scores_and_crds() {
         let name = c.metadata.name.unwrap_or_default();
         assert!(crds_after.contains_key(&name), "CRD {name}");
     }
-    assert_eq!(decisions(&client, &ns, "primary").await, decided);
+    assert_eq!(decisions(&client, ns, "primary").await, decided);
     assert_eq!(score_versions().await, scores_before);
 
-    // The current components under the upgraded RBAC: the scheduler schedules the add-on's
-    // Placement (so it runs passes), and keeps the earlier decision as it is.
-    let new_docs = render(
-        &new_chart,
-        &ns,
-        &["--set", "installCRDs=true,scheduler.enabled=true"],
+    // Revision 3: our scheduler kept on, as the README says, and the add-on on now that the
+    // CRDs exist; the install's values still reused.
+    helm(
+        &[
+            "upgrade",
+            README_RELEASE,
+            &new_chart,
+            "--namespace",
+            ns,
+            "--reset-then-reuse-values",
+            "--set",
+            "scheduler.enabled=true,manager.enabled=true",
+        ],
+        &kc,
     )
-    .expect("the current chart");
-    let running = run_as_the_chart(&cp, &new_docs, &ns, &bins)
+    .await;
+    let values = release_values(&kc).await;
+    assert_eq!(
+        values["image"]["registry"],
+        "registry.example.com/ocm-placement"
+    );
+    assert_eq!(values["installCRDs"], true);
+
+    // The current components, as the release renders them, under the upgraded RBAC: the
+    // scheduler schedules the add-on's Placement (so it runs passes), and keeps the earlier
+    // decision as it is.
+    let running = run_as_the_chart(&cp, &manifest(&kc).await, ns, &bins)
         .await
         .expect("the current chart's components");
     assert_eq!(running.ports.len(), 2, "{:?}", running.ports);
     eventually("the add-on's Placement scheduled", DEADLINE, || async {
-        let p = Api::<Placement>::namespaced(client.clone(), &ns)
+        let p = Api::<Placement>::namespaced(client.clone(), ns)
             .get("resource-usage-collect-global")
             .await
             .ok()?;
@@ -264,12 +404,12 @@ async fn upgrades_an_earlier_chart_keeping_decisions_scores_and_crds() {
         },
     )
     .await;
-    assert_eq!(decisions(&client, &ns, "primary").await, decided);
+    assert_eq!(decisions(&client, ns, "primary").await, decided);
     assert_eq!(score_versions().await, scores_before);
     drop(running);
 
     // Uninstall keeps the CRDs.
-    helm(&["uninstall", "r", "--namespace", &ns], &kc).await;
+    helm(&["uninstall", README_RELEASE, "--namespace", ns], &kc).await;
     assert_eq!(crds(&client).await, crds_after);
     let _ = std::fs::remove_dir_all(&dir);
 }

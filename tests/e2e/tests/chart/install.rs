@@ -31,6 +31,7 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
         .expect("ns");
     let kc = kubeconfig(cp, "hub").await;
     let chart = chart();
+    let registry = registry();
     run(
         strings(&[
             "install",
@@ -38,6 +39,8 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
             &chart,
             "--namespace",
             &ns,
+            "--set",
+            &registry,
             "--set",
             "scheduler.enabled=true",
         ]),
@@ -85,7 +88,8 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
         .await
         .expect("the manager's policy binding");
 
-    // Upgrade: fewer scheduler replicas, the scorer on.
+    // Upgrade as the README does (the install's values kept): fewer scheduler replicas, the
+    // scorer on.
     run(
         strings(&[
             "upgrade",
@@ -93,8 +97,9 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
             &chart,
             "--namespace",
             &ns,
+            "--reset-then-reuse-values",
             "--set",
-            "scheduler.enabled=true,scheduler.replicas=1,scorer.enabled=true,scorer.prometheusURL=http://prometheus:9090",
+            "scheduler.replicas=1,scorer.enabled=true,scorer.prometheusURL=http://prometheus:9090",
         ]),
         kc.clone(),
     )
@@ -102,8 +107,18 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
     let scheduler = deployments
         .get("placement-scheduler")
         .await
-        .expect("scheduler");
-    assert_eq!(scheduler.spec.and_then(|s| s.replicas), Some(1));
+        .expect("scheduler kept: the install's scheduler.enabled reused");
+    assert_eq!(scheduler.spec.as_ref().and_then(|s| s.replicas), Some(1));
+    let image = scheduler
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.image);
+    assert_eq!(
+        image.as_deref(),
+        Some("registry.example.com/ocm-placement/placement-scheduler:0.1.0"),
+        "the install's image.registry reused"
+    );
     deployments
         .get("resource-usage-hub-scorer")
         .await
@@ -168,36 +183,168 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
                 .await
                 .ok()?
                 .items
+                .is_empty()
+            && Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
                 .is_empty();
         gone.then_some(())
+    })
+    .await;
+
+    // The production values, installed into the same hub (the cluster-scoped objects are
+    // free again): the apiserver takes every setting, and the live objects carry them.
+    installs_the_production_values(cp, &kc).await;
+}
+
+/// `ci/production-values.yaml` installed: each live Deployment has the settings the file gives
+/// its component, each component a PodDisruptionBudget over its pods.
+async fn installs_the_production_values(cp: &ControlPlane, kc: &std::path::Path) {
+    let client = cp.client().expect("client");
+    let ns = testenv::namespace(&client, "ocm-placement-prod")
+        .await
+        .expect("ns");
+    let values_file = production_values();
+    run(
+        strings(&[
+            "install",
+            "prod",
+            &chart(),
+            "--namespace",
+            &ns,
+            "-f",
+            &values_file,
+        ]),
+        kc.to_path_buf(),
+    )
+    .await;
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&values_file).expect("values"))
+            .expect("values YAML");
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
+    for (key, name, image) in [
+        ("scheduler", "placement-scheduler", "placement-scheduler"),
+        (
+            "manager",
+            "resource-usage-hub-manager",
+            "resource-usage-hub",
+        ),
+        ("scorer", "resource-usage-hub-scorer", "resource-usage-hub"),
+    ] {
+        let v = &values[key];
+        let live =
+            serde_json::to_value(deployments.get(name).await.expect("deployment")).expect("JSON");
+        let template = &live["spec"]["template"];
+        let spec = &template["spec"];
+        assert_eq!(live["spec"]["replicas"], v["replicas"], "{name}");
+        assert_eq!(
+            spec["containers"][0]["image"],
+            format!(
+                "{REGISTRY}/{image}@{}",
+                v["imageDigest"].as_str().expect("digest")
+            ),
+            "{name}"
+        );
+        assert_eq!(spec["priorityClassName"], v["priorityClassName"], "{name}");
+        assert_eq!(spec["nodeSelector"], v["nodeSelector"], "{name}");
+        assert_eq!(spec["tolerations"], v["tolerations"], "{name}");
+        if !v["affinity"].is_null() {
+            assert_eq!(spec["affinity"], v["affinity"], "{name}");
+        }
+        for (i, c) in v["topologySpreadConstraints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let got = &spec["topologySpreadConstraints"][i];
+            for field in ["maxSkew", "topologyKey", "whenUnsatisfiable"] {
+                assert_eq!(got[field], c[field], "{name}: {field}");
+            }
+            assert_eq!(
+                got["labelSelector"]["matchLabels"],
+                json!({"app.kubernetes.io/instance": "prod", "app.kubernetes.io/name": name}),
+                "{name}"
+            );
+        }
+        for (k, val) in v["podAnnotations"].as_object().into_iter().flatten() {
+            assert_eq!(&template["metadata"]["annotations"][k], val, "{name}");
+        }
+        for (k, val) in v["podLabels"].as_object().into_iter().flatten() {
+            assert_eq!(&template["metadata"]["labels"][k], val, "{name}");
+        }
+        let args: Vec<&Value> = spec["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .collect();
+        let extra: Vec<&Value> = v["extraArgs"]
+            .as_array()
+            .expect("extraArgs")
+            .iter()
+            .collect();
+        assert!(args.ends_with(&extra), "{name}: {args:?}");
+        let pdb = serde_json::to_value(budgets.get(name).await.expect("the budget")).expect("JSON");
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"], live["spec"]["selector"]["matchLabels"],
+            "{name}"
+        );
+        let max = &v["podDisruptionBudget"]["maxUnavailable"];
+        assert_eq!(
+            pdb["spec"]["maxUnavailable"],
+            if max.is_null() { json!(1) } else { max.clone() },
+            "{name}"
+        );
+        assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    }
+    run(
+        strings(&["uninstall", "prod", "--namespace", &ns]),
+        kc.to_path_buf(),
+    )
+    .await;
+    eventually("the production release removed", DEADLINE, || async {
+        (deployments
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            && budgets
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .is_empty())
+        .then_some(())
     })
     .await;
 }
 
 #[tokio::test]
 async fn installs_the_crds_when_asked_and_keeps_them() {
-    // A bare hub: no OCM CRDs. Without the manager (its add-on objects need the CRDs first).
+    // A bare hub: no OCM CRDs. The README's commands for it, run as printed: the CRDs without
+    // the manager (its add-on objects need the CRDs first), then the manager, keeping the
+    // install's values.
     let cp = ControlPlane::start(testenv::Options::default())
         .await
         .expect("a bare control plane");
     let client = cp.client().expect("client");
-    let ns = testenv::namespace(&client, "ocm-placement")
-        .await
-        .expect("ns");
+    let ns = e2e::chart::README_NAMESPACE;
+    let release = e2e::chart::README_RELEASE;
     let kc = kubeconfig(&cp, "bare").await;
-    run(
-        strings(&[
-            "install",
-            "r",
-            &chart(),
-            "--namespace",
-            &ns,
-            "--set",
-            "installCRDs=true,manager.enabled=false,scheduler.enabled=true",
-        ]),
-        kc.clone(),
-    )
-    .await;
+    let block = e2e::chart::readme_block("On a bare hub").expect("the README's bare-hub commands");
+    let out = e2e::chart::run_as_printed(block.clone(), kc.clone())
+        .await
+        .expect("run the README's commands");
+    assert!(
+        out.status.success(),
+        "{block}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let names: Vec<String> = ocm_api::crds::all()
         .iter()
@@ -206,9 +353,27 @@ async fn installs_the_crds_when_asked_and_keeps_them() {
     for n in &names {
         crds.get(n).await.expect("CRD installed");
     }
-    run(strings(&["uninstall", "r", "--namespace", &ns]), kc).await;
-    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
-    eventually("the scheduler removed", DEADLINE, || async {
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
+    let manager = deployments
+        .get("resource-usage-hub-manager")
+        .await
+        .expect("the manager, on after the second command");
+    let image = manager
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.image);
+    assert_eq!(
+        image.as_deref(),
+        Some("registry.example.com/ocm-placement/resource-usage-hub:0.1.0"),
+        "the install's image.registry kept"
+    );
+    Api::<ClusterManagementAddOn>::all(client.clone())
+        .get("resource-usage-collect")
+        .await
+        .expect("the add-on");
+    run(strings(&["uninstall", release, "--namespace", ns]), kc).await;
+    eventually("the manager removed", DEADLINE, || async {
         deployments
             .list(&Default::default())
             .await
@@ -223,8 +388,9 @@ async fn installs_the_crds_when_asked_and_keeps_them() {
     }
 }
 
-/// Runs the chart's three components with exactly the rendered arguments, as the chart's
-/// service accounts, and a resource-usage agent: they come up, the scheduler schedules the
+/// Runs the chart's three components with exactly the arguments it renders from the production
+/// values (their extra flags included), as the chart's service accounts, and a resource-usage
+/// agent: they come up, the scheduler schedules the
 /// chart's Placement, and every metric the chart's alerts and dashboard name is one of theirs.
 /// prometheus-client shows a labelled family only once it has a series, so the scene makes
 /// each series real: a cluster for the add-on whose namespace refuses ManifestWorks (a quota
@@ -274,12 +440,15 @@ async fn run_as_the_chart(cp: &ControlPlane, ns: &str) {
         .await
         .expect("the quota's status");
 
+    // The production values: the binaries take their extra flags.
     let docs = e2e::chart::render(
         &e2e::chart::chart_dir(),
         ns,
         &[
+            "-f",
+            &production_values(),
             "--set",
-            "scheduler.enabled=true,scheduler.replicas=1,scorer.enabled=true,scorer.prometheusURL=http://prometheus.invalid:9090",
+            "scorer.prometheusURL=http://prometheus.invalid:9090",
         ],
     )
     .expect("helm template");

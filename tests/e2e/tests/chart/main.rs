@@ -13,6 +13,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ResourceQuota, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
@@ -23,6 +24,10 @@ use serde_json::{Value, json};
 use testenv::{ControlPlane, eventually, helm};
 
 const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The registry the tests point the chart at: it has none by default (no images are
+/// published), and renders no component without one.
+const REGISTRY: &str = "registry.example.com/ocm-placement";
 
 /// Install, upgrade and uninstall into real apiservers; the metrics the chart names, scraped.
 mod install;
@@ -35,8 +40,31 @@ fn chart() -> String {
     e2e::chart::chart_dir().display().to_string()
 }
 
+/// `--set image.registry=<REGISTRY>`, which every render of a component needs.
+fn registry() -> String {
+    format!("image.registry={REGISTRY}")
+}
+
+/// The chart rendered for the namespace `hub`, pointed at [`REGISTRY`], with `extra`.
 fn render(extra: &[&str]) -> Vec<Value> {
-    e2e::chart::render(&e2e::chart::chart_dir(), "hub", extra).expect("helm template")
+    let registry = registry();
+    let mut args = vec!["--set", registry.as_str()];
+    args.extend_from_slice(extra);
+    e2e::chart::render(&e2e::chart::chart_dir(), "hub", &args).expect("helm template")
+}
+
+/// `ci/production-values.yaml`: every component with the production settings.
+fn production_values() -> String {
+    e2e::chart::chart_dir()
+        .join("ci/production-values.yaml")
+        .display()
+        .to_string()
+}
+
+fn deployment<'a>(docs: &'a [Value], name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("Deployment {name}"))
 }
 
 fn kinds(docs: &[Value]) -> Vec<(String, String)> {
@@ -56,12 +84,8 @@ fn kinds(docs: &[Value]) -> Vec<(String, String)> {
     k
 }
 
-fn args_of(docs: &[Value], deployment: &str) -> Vec<String> {
-    let d = docs
-        .iter()
-        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == deployment)
-        .unwrap_or_else(|| panic!("Deployment {deployment}"));
-    d["spec"]["template"]["spec"]["containers"][0]["args"]
+fn args_of(docs: &[Value], name: &str) -> Vec<String> {
+    deployment(docs, name)["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
         .expect("args")
         .iter()

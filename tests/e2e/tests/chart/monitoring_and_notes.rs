@@ -141,7 +141,8 @@ fn monitoring_selects_each_component_on_its_metrics_port() {
             ));
         }
     }
-    // The rules and the dashboard, unchanged from the files.
+    // The rules and the dashboard, unchanged from the files (the rules' runbook links are the
+    // default's).
     let files = e2e::chart::chart_dir().join("files");
     let rule = docs
         .iter()
@@ -199,9 +200,117 @@ fn monitoring_selects_each_component_on_its_metrics_port() {
     assert_eq!(monitors, ["resource-usage-hub-manager"]);
 }
 
+/// Each alert's `runbook_url` is `<monitoring.runbookBaseURL>#<its name in lower case>` (the
+/// anchor of its heading in docs/troubleshooting.md): in the rules file, the default's; in the
+/// PrometheusRule, the value's. Nothing else of the rules changes.
+#[test]
+fn each_alert_links_its_runbook() {
+    let files = e2e::chart::chart_dir().join("files");
+    let file: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(files.join("prometheus-rules.yaml")).expect("rules"),
+    )
+    .expect("rules YAML");
+    let alerts = |rules: &Value| -> Vec<(String, Value)> {
+        rules["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .flat_map(|g| g["rules"].as_array().expect("rules").iter())
+            .filter_map(|r| Some((r["alert"].as_str()?.to_owned(), r["annotations"].clone())))
+            .collect()
+    };
+    let in_file = alerts(&file);
+    assert_eq!(in_file.len(), 9, "{in_file:?}");
+    for (alert, annotations) in &in_file {
+        assert_eq!(
+            annotations["runbook_url"],
+            format!("docs/troubleshooting.md#{}", alert.to_lowercase()),
+            "{alert}"
+        );
+    }
+    let base = "https://git.example.com/platform/ocm-placement/blob/main/docs/troubleshooting.md";
+    let docs = render(&[
+        "--set",
+        &format!("monitoring.prometheusRule.enabled=true,monitoring.runbookBaseURL={base}"),
+    ]);
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .expect("PrometheusRule");
+    let rendered = alerts(&rule["spec"]);
+    assert_eq!(rendered.len(), in_file.len());
+    for (alert, annotations) in &rendered {
+        assert_eq!(
+            annotations["runbook_url"],
+            format!("{base}#{}", alert.to_lowercase()),
+            "{alert}"
+        );
+    }
+    // The rest as in the file.
+    let mut want = file.clone();
+    for g in want["groups"].as_array_mut().expect("groups") {
+        for r in g["rules"].as_array_mut().expect("rules") {
+            if let Some(alert) = r["alert"].as_str().map(str::to_lowercase) {
+                r["annotations"]["runbook_url"] = json!(format!("{base}#{alert}"));
+            }
+        }
+    }
+    assert_eq!(rule["spec"], want);
+}
+
+/// The README's alert table names every alert once, each with its `for:` duration as in the
+/// rules file.
+#[test]
+fn the_readme_gives_each_alert_its_for_duration() {
+    let chart = e2e::chart::chart_dir();
+    let rules: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(chart.join("files/prometheus-rules.yaml")).expect("rules"),
+    )
+    .expect("rules YAML");
+    let readme = std::fs::read_to_string(chart.join("README.md")).expect("README");
+    let table: Vec<Vec<String>> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| Alert |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect();
+    assert!(!table.is_empty(), "no alert table in the README");
+    let mut documented = BTreeMap::new();
+    for row in &table {
+        let duration = row.last().expect("cells").trim_matches('`').to_owned();
+        for name in row[0].split(", ") {
+            assert!(
+                documented
+                    .insert(name.trim_matches('`').to_owned(), duration.clone())
+                    .is_none(),
+                "{name} twice in the table"
+            );
+        }
+    }
+    let mut actual = BTreeMap::new();
+    for g in rules["groups"].as_array().expect("groups") {
+        for r in g["rules"].as_array().expect("rules") {
+            if let Some(alert) = r["alert"].as_str() {
+                actual.insert(alert.to_owned(), r["for"].as_str().expect("for").to_owned());
+            }
+        }
+    }
+    assert_eq!(
+        documented, actual,
+        "the README's alert table against the rules file"
+    );
+}
+
 /// The notes an install prints (`helm install --dry-run=client` renders them without a hub).
 fn notes(set: &str) -> String {
     let chart = chart();
+    let registry = registry();
     let out = helm::helm(
         &[
             "install",
@@ -210,6 +319,8 @@ fn notes(set: &str) -> String {
             "--namespace",
             "hub",
             "--dry-run=client",
+            "--set",
+            &registry,
             "--set",
             set,
         ],
@@ -230,6 +341,8 @@ fn the_notes_say_what_was_installed_and_warn_about_a_second_scheduler() {
             "lint",
             "--strict",
             &chart,
+            "--set",
+            &registry(),
             "--set",
             "scheduler.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
         ],

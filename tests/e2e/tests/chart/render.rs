@@ -5,7 +5,9 @@ use super::*;
 #[test]
 fn lints_renders_and_checks_its_values() {
     let chart = chart();
-    helm::helm(&["lint", "--strict", &chart], None).expect("helm lint --strict");
+    let registry = registry();
+    helm::helm(&["lint", "--strict", &chart, "--set", &registry], None)
+        .expect("helm lint --strict");
 
     // Defaults: the manager with its RBAC, the add-on with its Placement; no scheduler (OCM's
     // runs on every hub), no CRDs, no scorer, no monitoring.
@@ -84,7 +86,7 @@ fn lints_renders_and_checks_its_values() {
     for a in [
         "manager",
         "--manage-cma=false",
-        "--agent-image=quay.io/ocm-placement/resource-usage-agent:0.1.0",
+        "--agent-image=registry.example.com/ocm-placement/resource-usage-agent:0.1.0",
         "--leader-elect=true",
     ] {
         assert!(manager.iter().any(|x| x == a), "{a} in {manager:?}");
@@ -242,7 +244,8 @@ fn lints_renders_and_checks_its_values() {
         "charts/ocm-placement/files/crds.yaml is out of date: run tests/e2e/regen-crds.sh"
     );
 
-    // The schema refuses what would not run.
+    // The schema refuses what would not run (each with the registry, so that only the bad
+    // value is wrong).
     for bad in [
         "logFormat=xml",
         "scorer.enabled=true",
@@ -259,8 +262,355 @@ fn lints_renders_and_checks_its_values() {
         "scheduler.takeOver=yes",
         "monitoring.serviceMonitor.interval=often",
     ] {
-        let out =
-            helm::helm_output(&["template", "r", &chart, "--set", bad], None).expect("helm ran");
+        let out = helm::helm_output(
+            &["template", "r", &chart, "--set", &registry, "--set", bad],
+            None,
+        )
+        .expect("helm ran");
         assert!(!out.status.success(), "{bad} should be refused");
+    }
+}
+
+/// Without `image.registry` (no images are published) no component renders, and the message
+/// says how to build them; with no component (the CRDs alone) nothing needs an image.
+#[test]
+fn refuses_to_render_a_component_without_a_registry() {
+    let chart = chart();
+    for set in [
+        "logLevel=info",
+        "manager.enabled=false,scheduler.enabled=true",
+        "manager.enabled=false,scorer.enabled=true,scorer.prometheusURL=http://p:9090",
+    ] {
+        let out =
+            helm::helm_output(&["template", "r", &chart, "--set", set], None).expect("helm ran");
+        let err = helm::stderr(&out);
+        assert!(
+            !out.status.success()
+                && err.contains("image.registry is empty")
+                && err.contains("images/build.sh --push <registry>"),
+            "{set}: {err}"
+        );
+    }
+    let crds = e2e::chart::render(
+        &e2e::chart::chart_dir(),
+        "hub",
+        &["--set", "manager.enabled=false,installCRDs=true"],
+    )
+    .expect("the CRDs alone need no registry");
+    assert!(
+        crds.iter().all(|d| d["kind"] == "CustomResourceDefinition"),
+        "{:?}",
+        kinds(&crds)
+    );
+}
+
+/// `ci/production-values.yaml`: each Deployment carries each setting; a PodDisruptionBudget per
+/// component selects exactly its pods; the extra flags come last; digests make the image
+/// references. The defaults carry none of it, but the budget of a component with several
+/// replicas.
+#[test]
+fn renders_the_production_settings_of_each_component() {
+    let chart = chart();
+    let values = production_values();
+    helm::helm(&["lint", "--strict", &chart, "-f", &values], None)
+        .expect("helm lint --strict, production values");
+    let docs = e2e::chart::render(&e2e::chart::chart_dir(), "hub", &["-f", &values])
+        .expect("helm template, production values");
+    let want: Value = serde_saphyr::from_str(&std::fs::read_to_string(&values).expect("values"))
+        .expect("values YAML");
+    let digest = |n: &str| {
+        want[n]["imageDigest"]
+            .as_str()
+            .expect("imageDigest")
+            .to_owned()
+    };
+    for (key, name, image) in [
+        ("scheduler", "placement-scheduler", "placement-scheduler"),
+        (
+            "manager",
+            "resource-usage-hub-manager",
+            "resource-usage-hub",
+        ),
+        ("scorer", "resource-usage-hub-scorer", "resource-usage-hub"),
+    ] {
+        let v = &want[key];
+        let d = deployment(&docs, name);
+        let pod = &d["spec"]["template"];
+        let spec = &pod["spec"];
+        let selector = json!({"app.kubernetes.io/instance": "r", "app.kubernetes.io/name": name});
+        assert_eq!(d["spec"]["selector"]["matchLabels"], selector, "{name}");
+        assert_eq!(
+            spec["containers"][0]["image"],
+            format!("{REGISTRY}/{image}@{}", digest(key)),
+            "{name}"
+        );
+        for field in ["nodeSelector", "tolerations", "priorityClassName"] {
+            assert_eq!(spec[field], v[field], "{name}: {field}");
+        }
+        assert_eq!(spec["affinity"], v["affinity"], "{name}: affinity");
+        // Each given constraint, with this component's pods selected when it names none.
+        let spread = spec["topologySpreadConstraints"].as_array();
+        let given = v["topologySpreadConstraints"].as_array();
+        assert_eq!(
+            spread.map(Vec::len),
+            given.map(Vec::len),
+            "{name}: {spread:?}"
+        );
+        for (got, given) in spread
+            .into_iter()
+            .flatten()
+            .zip(given.into_iter().flatten())
+        {
+            let mut given = given.clone();
+            given["labelSelector"] = json!({"matchLabels": selector});
+            assert_eq!(got, &given, "{name}");
+        }
+        // The pods' own labels and annotations; the selector labels stay.
+        let labels = pod["metadata"]["labels"].as_object().expect("labels");
+        for (k, val) in selector.as_object().expect("selector") {
+            assert_eq!(labels.get(k), Some(val), "{name}: {labels:?}");
+        }
+        for (k, val) in v["podLabels"].as_object().into_iter().flatten() {
+            assert_eq!(labels.get(k), Some(val), "{name}: {labels:?}");
+        }
+        assert_eq!(
+            pod["metadata"]["annotations"], v["podAnnotations"],
+            "{name}: annotations"
+        );
+        // The extra flags, last and in order.
+        let args = args_of(&docs, name);
+        let extra: Vec<String> = v["extraArgs"]
+            .as_array()
+            .expect("extraArgs")
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect();
+        assert!(!extra.is_empty(), "{name}");
+        assert!(
+            args.ends_with(&extra),
+            "{name}: {args:?} ends with {extra:?}"
+        );
+        // A budget over exactly these pods.
+        let pdb = docs
+            .iter()
+            .find(|p| p["kind"] == "PodDisruptionBudget" && p["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("PodDisruptionBudget {name} in {:?}", kinds(&docs)));
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert_eq!(pdb["spec"]["selector"]["matchLabels"], selector, "{name}");
+        assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+        let max = &v["podDisruptionBudget"]["maxUnavailable"];
+        assert_eq!(
+            pdb["spec"]["maxUnavailable"],
+            if max.is_null() { json!(1) } else { max.clone() },
+            "{name}"
+        );
+    }
+
+    // The defaults: none of it, and a budget only where more than one replica runs.
+    let docs = render(&[
+        "--set",
+        "scheduler.enabled=true,scorer.enabled=true,scorer.prometheusURL=http://p:9090",
+    ]);
+    for name in [
+        "placement-scheduler",
+        "resource-usage-hub-manager",
+        "resource-usage-hub-scorer",
+    ] {
+        let spec = &deployment(&docs, name)["spec"]["template"]["spec"];
+        for field in [
+            "nodeSelector",
+            "tolerations",
+            "affinity",
+            "topologySpreadConstraints",
+            "priorityClassName",
+        ] {
+            assert!(spec[field].is_null(), "{name}: {field} {}", spec[field]);
+        }
+        assert!(
+            spec["containers"][0]["image"]
+                .as_str()
+                .is_some_and(|i| i.ends_with(":0.1.0")),
+            "{name}"
+        );
+    }
+    let budgets: Vec<String> = kinds(&docs)
+        .into_iter()
+        .filter(|(k, _)| k == "PodDisruptionBudget")
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(
+        budgets,
+        ["placement-scheduler", "resource-usage-hub-manager"]
+    );
+    let docs = render(&["--set", "manager.podDisruptionBudget.enabled=false"]);
+    assert!(!kinds(&docs).iter().any(|(k, _)| k == "PodDisruptionBudget"));
+
+    // The extra flags the binaries would refuse: one the chart renders, one given twice.
+    let registry = registry();
+    for (set, flag) in [
+        (
+            "scheduler.enabled=true,scheduler.extraArgs={--resync-period=5m}",
+            "--resync-period",
+        ),
+        (
+            "scheduler.enabled=true,scheduler.takeOver=true,scheduler.extraArgs={--take-over}",
+            "--take-over",
+        ),
+        ("manager.extraArgs={--manage-cma=true}", "--manage-cma"),
+        ("manager.extraArgs={--leader-elect=false}", "--leader-elect"),
+        (
+            "scorer.enabled=true,scorer.prometheusURL=http://p:9090,scorer.extraArgs={--prometheus-url=http://q:9090}",
+            "--prometheus-url",
+        ),
+        (
+            "manager.extraArgs={--resync-period=1m,--resync-period=2m}",
+            "--resync-period",
+        ),
+    ] {
+        let out = helm::helm_output(
+            &["template", "r", &chart, "--set", &registry, "--set", set],
+            None,
+        )
+        .expect("helm ran");
+        let err = helm::stderr(&out);
+        assert!(
+            !out.status.success() && err.contains("extraArgs") && err.contains(flag),
+            "{set}: {err}"
+        );
+    }
+
+    // Wrong types, from a values file as an operator writes one, and from --set-json.
+    let dir = std::env::temp_dir().join(format!("chart-bad-values-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (n, (yaml, path)) in [
+        (
+            "manager: {nodeSelector: [control-plane]}",
+            "/manager/nodeSelector",
+        ),
+        (
+            "scheduler: {tolerations: {key: x}}",
+            "/scheduler/tolerations",
+        ),
+        ("scorer: {extraArgs: --workers=2}", "/scorer/extraArgs"),
+        ("scorer: {extraArgs: [workers=2]}", "/scorer/extraArgs/0"),
+        ("manager: {podLabels: {tier: 1}}", "/manager/podLabels/tier"),
+        ("manager: {podAnnotations: [a]}", "/manager/podAnnotations"),
+        (
+            "scheduler: {priorityClassName: 10}",
+            "/scheduler/priorityClassName",
+        ),
+        (
+            "scheduler: {topologySpreadConstraints: [{maxSkew: 1}]}",
+            "/scheduler/topologySpreadConstraints/0",
+        ),
+        ("manager: {imageDigest: latest}", "/manager/imageDigest"),
+        (
+            "manager: {podDisruptionBudget: {maxUnavailable: half}}",
+            "/manager/podDisruptionBudget/maxUnavailable",
+        ),
+        (
+            "manager: {podDisruptionBudget: {enabled: \"yes\"}}",
+            "/manager/podDisruptionBudget/enabled",
+        ),
+        (
+            "monitoring: {runbookBaseURL: \"\"}",
+            "/monitoring/runbookBaseURL",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let file = dir.join(format!("bad-{n}.yaml"));
+        std::fs::write(&file, yaml).expect("write values");
+        let file = file.display().to_string();
+        let out = helm::helm_output(
+            &["template", "r", &chart, "--set", &registry, "-f", &file],
+            None,
+        )
+        .expect("helm ran");
+        let err = helm::stderr(&out);
+        assert!(
+            !out.status.success() && err.contains("values don't meet") && err.contains(path),
+            "{yaml}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The values of an earlier chart (its values.yaml, without this chart's newer values), as
+/// `helm upgrade --reuse-values` hands them to this chart's templates: they render, with this
+/// chart's defaults where a value is missing.
+#[test]
+fn renders_with_the_values_of_an_earlier_chart() {
+    let dir = std::env::temp_dir().join(format!("chart-old-values-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_dir(&e2e::chart::chart_dir(), &dir);
+    std::fs::copy(
+        e2e::chart::fixture("chart-29155e1").join("values.yaml"),
+        dir.join("values.yaml"),
+    )
+    .expect("the earlier values");
+    let chart = dir.display().to_string();
+    // NOTES.txt too: `install --dry-run=client` renders it.
+    let out = helm::helm(
+        &[
+            "install",
+            "r",
+            &chart,
+            "--namespace",
+            "hub",
+            "--dry-run=client",
+            "--set",
+            "scorer.enabled=true,scorer.prometheusURL=http://p:9090",
+            "--set-json",
+            "monitoring={\"prometheusRule\": {\"enabled\": true}}",
+        ],
+        None,
+    )
+    .expect("the templates render the earlier values");
+    let text = helm::stdout(&out);
+    let manifest = text.split_once("NOTES:").map_or(text.as_str(), |(m, _)| m);
+    let docs: Vec<Value> = serde_saphyr::from_multiple::<Value>(
+        manifest
+            .split_once("MANIFEST:")
+            .map_or(manifest, |(_, m)| m),
+    )
+    .expect("YAML")
+    .into_iter()
+    .filter(|d| !d.is_null())
+    .collect();
+    let k = kinds(&docs);
+    for want in [
+        ("Deployment", "placement-scheduler"),
+        ("PodDisruptionBudget", "placement-scheduler"),
+        ("PodDisruptionBudget", "resource-usage-hub-manager"),
+        ("PrometheusRule", "ocm-placement"),
+    ] {
+        assert!(
+            k.contains(&(want.0.to_owned(), want.1.to_owned())),
+            "{want:?} in {k:?}"
+        );
+    }
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .expect("rule");
+    assert_eq!(
+        rule["spec"]["groups"][1]["rules"][0]["annotations"]["runbook_url"],
+        "docs/troubleshooting.md#ocmplacementnoleader"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
     }
 }
