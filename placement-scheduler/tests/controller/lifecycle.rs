@@ -324,11 +324,17 @@ async fn events_follow_the_writes() {
         .filter(|(r, t, _)| r == "ScoreUpdate" && t == "Normal")
         .map(|(_, _, note)| note)
         .collect();
+    // One ScoreUpdate per pass that changed the scores, never one per object or a repeat.
+    // A later pass (the decision's own watch event, when it arrives after the write was
+    // accounted for) may rescore `c` once it holds its decision (Steady), as upstream's does.
+    let mut distinct = scores.clone();
+    distinct.dedup();
     assert!(
-        scores.len() == 1
-            && scores[0].starts_with(&format!("{a}:"))
-            && scores[0].contains(&format!(" {b}:"))
-            && scores[0].contains(&format!(" {c}:")),
+        (1..=2).contains(&scores.len())
+            && distinct.len() == scores.len()
+            && scores.iter().all(|note| note.starts_with(&format!("{a}:"))
+                && note.contains(&format!(" {b}:"))
+                && note.contains(&format!(" {c}:"))),
         "{seen:?}"
     );
     let e = api
