@@ -48,7 +48,7 @@
 //! control plane and the fleet, `controller.rs` the controller's binary and process,
 //! `upstream.rs` upstream's (its flags, its HTTPS metrics), `measure.rs` what is read and what
 //! changed between two points, one file per scenario (`throughput.rs`, `reaction.rs`,
-//! `moves.rs`: issue 22's moves and burst, `flap.rs`: wandering scores), `report.rs` and
+//! `moves.rs`: score moves and the burst, `flap.rs`: wandering scores), `report.rs` and
 //! `data.rs` (`--json`). What every harness needs (ports,
 //! builds, processes, retries, polls, /metrics, /proc) is in `testenv`.
 //!

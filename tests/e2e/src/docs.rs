@@ -810,46 +810,30 @@ pub struct Help {
 }
 
 impl Help {
+    /// Reads the options with [`crate::flags_reference::parse_help`] (the one reader of clap's
+    /// help), and the subcommands of a `Commands:` section.
     pub fn parse(text: &str) -> Help {
         let mut help = Help::default();
+        for option in crate::flags_reference::parse_help(text) {
+            for word in option.usage.split([' ', ',']) {
+                if let Some(flag) = flag_of(word) {
+                    help.flags.insert(flag);
+                }
+            }
+            help.envs.extend(option.env);
+        }
         let mut in_commands = false;
         for line in text.lines() {
             let t = line.trim();
             if t.is_empty() {
                 in_commands = false;
-                continue;
-            }
-            if t == "Commands:" {
+            } else if t == "Commands:" {
                 in_commands = true;
-                continue;
-            }
-            if in_commands {
-                if let Some(name) = t.split_whitespace().next()
-                    && name != "help"
-                {
-                    help.subcommands.push(name.to_owned());
-                }
-                continue;
-            }
-            if t.starts_with('-') {
-                // The signature: up to the description (two spaces) in the short layout.
-                let signature = t.split("  ").next().unwrap_or_default();
-                for word in signature.split([' ', ',']) {
-                    if let Some(flag) = flag_of(word) {
-                        help.flags.insert(flag);
-                    }
-                }
-            }
-            let mut rest = line;
-            while let Some(k) = rest.find("[env: ") {
-                rest = &rest[k + 6..];
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() {
-                    help.envs.insert(name);
-                }
+            } else if in_commands
+                && let Some(name) = t.split_whitespace().next()
+                && name != "help"
+            {
+                help.subcommands.push(name.to_owned());
             }
         }
         help

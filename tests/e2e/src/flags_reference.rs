@@ -105,7 +105,6 @@ pub fn parse_help(text: &str) -> Vec<Flag> {
             absorb(flag, trimmed);
         }
     }
-    flags.retain(|f| f.usage != "-h, --help" && f.usage != "-V, --version");
     flags
 }
 
@@ -161,7 +160,10 @@ pub fn render(helps: &[String]) -> String {
         };
         out.push_str(&format!("\n## {name}\n\n{}.\n\n", capitalise(what)));
         out.push_str("| flag | environment | default | meaning |\n| --- | --- | --- | --- |\n");
-        for f in parse_help(help) {
+        let shown = parse_help(help)
+            .into_iter()
+            .filter(|f| f.usage != "-h, --help" && f.usage != "-V, --version");
+        for f in shown {
             out.push_str(&format!(
                 "| `{}` | {} | {} | {} |\n",
                 f.usage,
@@ -217,6 +219,7 @@ pub fn build_binaries() -> Result<PathBuf, String> {
     let root = repo_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
+    crate::fleet::clean_cargo_env(&mut cmd);
     cmd.current_dir(&root).args(["build", "--quiet"]);
     let mut packages: Vec<&str> = COMMANDS.iter().map(|c| c.0).collect();
     packages.dedup();
@@ -242,7 +245,7 @@ mod tests {
     fn long_and_short_help_forms_are_read() {
         let long = "About\n\nUsage: x [OPTIONS] [PATHS]...\n\nArguments:\n  [PATHS]...\n          Files\n\nOptions:\n  -o, --output <OUTPUT>\n          Possible values:\n          - text: A report\n          - json: JSON\n          \n          [default: text]\n\n      --now <NOW>\n          The time\n          \n          [env: SIMULATE_NOW=]\n\n  -h, --help\n          Print help\n";
         let flags = parse_help(long);
-        assert_eq!(flags.len(), 3, "{flags:?}");
+        assert_eq!(flags.len(), 4, "{flags:?}");
         assert_eq!(flags[0].usage, "[PATHS]...");
         assert_eq!(flags[1].usage, "-o, --output <OUTPUT>");
         assert_eq!(flags[1].default.as_deref(), Some("text"));
@@ -253,7 +256,7 @@ mod tests {
         assert_eq!(flags[2].env.as_deref(), Some("SIMULATE_NOW"));
         let short = "About\n\nUsage: fleet [OPTIONS]\n\nOptions:\n      --every <EVERY>    Seconds between [default: 20]\n      --thanos           The mode [env: FLEET_THANOS=]\n  -h, --help             Print help\n";
         let flags = parse_help(short);
-        assert_eq!(flags.len(), 2);
+        assert_eq!(flags.len(), 3);
         assert_eq!(flags[0].default.as_deref(), Some("20"));
         assert_eq!(flags[0].help, "Seconds between");
         assert_eq!(flags[1].env.as_deref(), Some("FLEET_THANOS"));

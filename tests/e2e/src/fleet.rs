@@ -82,6 +82,28 @@ impl Drop for Fleet {
     }
 }
 
+/// Removes from `cmd` what `cargo test` or `cargo run` set for this process: it describes this
+/// package, and passed on to a nested `cargo build` it changes build-script inputs (ring's), so
+/// every run would rebuild them.
+pub fn clean_cargo_env(cmd: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+            "CARGO_TARGET_TMPDIR",
+        ]
+        .iter()
+        .any(|p| key.starts_with(p))
+        {
+            cmd.env_remove(key.as_ref());
+        }
+    }
+}
+
 /// The directory of the binaries next to the running executable (a test's `target/<profile>`),
 /// building them with cargo when one is missing.
 pub fn binaries(build: bool) -> Result<PathBuf, Error> {
@@ -99,24 +121,7 @@ pub fn binaries(build: bool) -> Result<PathBuf, Error> {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.arg("build");
-        // What `cargo test` sets for the test process describes the test's package; passed on,
-        // it changes build-script inputs (ring's) and every run would rebuild them.
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy();
-            if [
-                "CARGO_PKG_",
-                "CARGO_MANIFEST_",
-                "CARGO_CRATE_",
-                "CARGO_BIN_",
-                "CARGO_PRIMARY_",
-                "CARGO_TARGET_TMPDIR",
-            ]
-            .iter()
-            .any(|p| key.starts_with(p))
-            {
-                cmd.env_remove(key.as_ref());
-            }
-        }
+        clean_cargo_env(&mut cmd);
         if dir.ends_with("release") {
             cmd.arg("--release");
         }

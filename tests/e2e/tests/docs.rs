@@ -778,28 +778,9 @@ fn bin_dir() -> PathBuf {
 /// changes build-script inputs and every run would rebuild them).
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    clean_cargo_env(&mut cmd);
+    e2e::fleet::clean_cargo_env(&mut cmd);
     cmd.current_dir(repo());
     cmd
-}
-
-fn clean_cargo_env(cmd: &mut Command) {
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if [
-            "CARGO_PKG_",
-            "CARGO_MANIFEST_",
-            "CARGO_CRATE_",
-            "CARGO_BIN_",
-            "CARGO_PRIMARY_",
-            "CARGO_TARGET_TMPDIR",
-        ]
-        .iter()
-        .any(|p| key.starts_with(p))
-        {
-            cmd.env_remove(key.as_ref());
-        }
-    }
 }
 
 /// The harness examples and `crdgen`, in one build of every example of the workspace: the
@@ -1516,7 +1497,7 @@ fn run_here(command: &str, deadline: Duration) -> Result<String, String> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    clean_cargo_env(&mut cmd);
+    e2e::fleet::clean_cargo_env(&mut cmd);
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd.spawn().map_err(|e| format!("sh: {e}"))?;
     let mut stdout = child.stdout.take().ok_or("no stdout")?;
