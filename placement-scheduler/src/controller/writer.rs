@@ -141,6 +141,15 @@ fn own_write(write: &Write) -> OwnWrite {
     }
 }
 
+/// Our patches ask the apiserver to drop fields its CRD does not know without a warning
+/// (`fieldValidation=Ignore`). A hub whose PlacementDecision CRD predates
+/// `decisions[].score` (OCM 1.2) prunes the scores either way; with the default (`Warn`) it
+/// also sends one `Warning` header per decision, and a hundred of them exceed the HTTP
+/// client's header limit, so the write of a full PlacementDecision failed on such a hub.
+fn patch_params() -> PatchParams {
+    PatchParams::default().validation_ignore()
+}
+
 /// A merge patch body `{"metadata": {"resourceVersion": rv}, ...body}`: the apiserver applies
 /// it only to that version (409 otherwise).
 fn preconditioned(mut body: serde_json::Value, rv: Option<&str>) -> serde_json::Value {
@@ -300,7 +309,7 @@ impl Writer {
                 json!({"status": outcome.placement_status}),
                 placement.metadata.resource_version.as_deref(),
             );
-            let (pp, patch) = (PatchParams::default(), Patch::Merge(&body));
+            let (pp, patch) = (patch_params(), Patch::Merge(&body));
             let patched = self
                 .call("patch", "placements/status", &what, || {
                     placements.patch_status(&outcome.name, &pp, &patch)
@@ -326,7 +335,7 @@ impl Writer {
         what: &str,
         versions: &Versions,
     ) -> Result<Option<PlacementDecision>, WriteError> {
-        let pp = PatchParams::default();
+        let pp = patch_params();
         match &pw.write {
             Write::Create(d) => {
                 let name = pw.write.decision_name();
