@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (the README's, and what .ci/run calls). On a fresh machine it
-# builds what the tests need (kube-apiserver, etcd, kube-controller-manager and OCM's agents from Go modules, the upstream OCM CRDs,
+# builds what the tests need (kube-apiserver, etcd, kube-controller-manager, OCM's agents and its placement
+# integration suite from Go modules, the upstream OCM CRDs,
 # Debian's prometheus and libfaketime, helm) into the versioned cache, then checks formatting
 # and lints, then runs every test.
 set -euo pipefail
@@ -32,6 +33,10 @@ echo "libfaketime ready after $((SECONDS - start))s"
 # test through the real agents (tests/e2e/tests/agents.rs).
 tests/ocm/build.sh registration-operator registration addon >/dev/null
 echo "OCM agents ready after $((SECONDS - start))s"
+# Upstream OCM's placement integration suite, built to run against our binary
+# (tests/e2e/tests/upstream_placement.rs), and its control run with upstream's own controller.
+tests/ocm/placement-suite.sh >/dev/null
+echo "upstream's placement suite ready after $((SECONDS - start))s"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -23,7 +23,8 @@ import (
 
 // RunControllerManager has upstream's signature: it runs the scheduler until ctx ends.
 func RunControllerManager(ctx context.Context, controllerContext *controllercmd.ControllerContext) error {
-	done, err := StartPlacementScheduler(ctx, controllerContext.KubeConfig)
+	// Upstream's specs serve no debug endpoint from RunControllerManager (no Server).
+	done, err := StartPlacementScheduler(ctx, controllerContext.KubeConfig, "--debug-bind-address=")
 	if err != nil {
 		// Upstream's specs start this in a goroutine and drop the error: say it where the
 		// suite's output shows it, so a harness problem is not mistaken for a failed spec.
@@ -60,7 +61,6 @@ func StartPlacementScheduler(ctx context.Context, cfg *rest.Config, extraArgs ..
 		// One process per spec, as upstream's in-process controller: nothing to elect.
 		"--leader-elect=false",
 		"--metrics-bind-address", "127.0.0.1:0",
-		"--debug-bind-address", "",
 	}, extraArgs...)
 	cmd := exec.Command(bin, args...)
 	out := os.Stderr
