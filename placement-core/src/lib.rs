@@ -33,7 +33,7 @@ pub use limits::{Deadline, Limits};
 pub use plan::{Event, EventType, PlannedWrite, Write};
 pub use prioritize::addon::CappedScore;
 pub use select::SpreadReport;
-pub use snapshot::{ClusterInfo, Name, SetMembers, Snapshot};
+pub use snapshot::{ClusterInfo, Name, ScoreFields, SetMembers, Snapshot};
 pub use stability::HeldMove;
 pub use status::{Code, Limit, Status};
 pub use visibility::rate_limit;
@@ -636,6 +636,19 @@ pub fn schedule_with(
         })
         .collect();
 
+    // A hub without the score fields drops them: leave them out (after `sortBy: Score` used
+    // them), so that a pass that changes no decision writes nothing.
+    let scores_stored = snapshot.score_fields() == ScoreFields::Stored;
+    if !scores_stored {
+        for e in decisions
+            .iter_mut()
+            .filter_map(|d| d.status.as_mut())
+            .flat_map(|st| st.decisions.iter_mut())
+        {
+            e.score = 0;
+        }
+    }
+
     // The stability state goes onto the first object: a new one with the move that changed
     // it, else the one the hub holds (unchanged: nothing to write).
     let state_text = match &s.stability_state {
@@ -656,6 +669,8 @@ pub fn schedule_with(
     let window = if keep_current {
         decisions = existing.iter().map(|d| (*d).clone()).collect();
         visibility::Window::kept(previous_status.last_score_update_time.clone())
+    } else if !scores_stored {
+        visibility::Window::unscored(previous_status.last_score_update_time.clone())
     } else {
         visibility::apply(
             &existing,

@@ -31,6 +31,17 @@ pub struct Window {
 }
 
 impl Window {
+    /// A hub without the score fields ([`crate::ScoreFields::Absent`]): no scores to hold
+    /// back or to time; the ScoreUpdate event goes with every decision write, as upstream's
+    /// before it wrote scores.
+    pub fn unscored(last_score_update: Option<Time>) -> Self {
+        Self {
+            last_score_update,
+            held_until: None,
+            say_scores: true,
+        }
+    }
+
     /// A pass that keeps the current decisions: nothing moves.
     pub fn kept(last_score_update: Option<Time>) -> Self {
         Self {

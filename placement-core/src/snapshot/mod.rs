@@ -180,6 +180,20 @@ impl Default for MaxScoreValidity {
     }
 }
 
+/// Whether the hub's CRDs have the score fields OCM 1.3 added: `decisions[].score` and the
+/// Placement's `status.lastScoreUpdateTime`. OCM 1.2's do not, and its apiserver drops what
+/// would be written there; a core that wrote them anyway would find them missing on every pass
+/// and write them again (and a restart would rewrite every decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScoreFields {
+    /// Written and compared (OCM 1.3, and every file `simulate` reads).
+    #[default]
+    Stored,
+    /// Left out: every decision's score is 0 (omitted), `lastScoreUpdateTime` is kept as the
+    /// hub holds it, and `scoreRateLimit` holds nothing back.
+    Absent,
+}
+
 /// One cluster's cell of a [`ScoreColumn`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScoreCell {
@@ -251,6 +265,7 @@ pub struct Snapshot {
     /// cluster namespace -> score name -> score
     scores: ShardedMap<Name, ByName<Arc<AddOnPlacementScore>>>,
     max_score_validity: MaxScoreValidity,
+    score_fields: ScoreFields,
     /// The limits of one pass (CEL budget, list items).
     limits: crate::limits::Limits,
     /// (namespace, name) -> decision. Sharded by both: one namespace may hold 10,000

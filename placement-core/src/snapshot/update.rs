@@ -136,6 +136,15 @@ impl Snapshot {
         self.max_score_validity
     }
 
+    /// See [`ScoreFields`]; the default is [`ScoreFields::Stored`].
+    pub fn set_score_fields(&mut self, fields: ScoreFields) {
+        self.score_fields = fields;
+    }
+
+    pub fn score_fields(&self) -> ScoreFields {
+        self.score_fields
+    }
+
     /// See [`crate::limits::Limits`]; the default is `Limits::default()`.
     pub fn set_limits(&mut self, limits: crate::limits::Limits) {
         self.limits = limits;

@@ -341,3 +341,83 @@ fn a_membership_change_is_written_at_once_even_inside_the_window() {
     assert_eq!(chosen(&o), ["b"]);
     assert_eq!(writes(&o), ["status p-decision-1 1"]);
 }
+
+/// A hub of OCM 1.2, whose CRDs lack `decisions[].score` and `lastScoreUpdateTime`: what the
+/// apiserver keeps of a pass's writes.
+fn as_ocm_1_2_keeps_it(w: &mut World, p: &mut crate::Placement) {
+    let stored: Vec<crate::PlacementDecision> = w
+        .snapshot
+        .decisions_of("ns", "p")
+        .iter()
+        .map(|d| (**d).clone())
+        .collect();
+    for mut d in stored {
+        for e in d.status.iter_mut().flat_map(|s| s.decisions.iter_mut()) {
+            e.score = 0;
+        }
+        w.snapshot.upsert_decision(std::sync::Arc::new(d));
+    }
+    if let Some(st) = p.status.as_mut() {
+        st.last_score_update_time = None;
+    }
+}
+
+fn scored_world() -> (World, crate::Placement) {
+    let mut w = World::new(vec![cluster("a"), cluster("b"), cluster("c")]);
+    w.score(score("a", "r", &[("s", 90)], None));
+    w.score(score("b", "r", &[("s", 80)], None));
+    w.score(score("c", "r", &[("s", 10)], None));
+    let p = placement(
+        "ns",
+        "p",
+        json!({"numberOfClusters": 2, "scoreRateLimit": "0s", "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "r", "scoreName": "s"}}, "weight": 1}]}}),
+    );
+    (w, p)
+}
+
+#[test]
+fn a_hub_without_the_score_fields_gets_none_and_no_rewrite_for_them() {
+    let (mut w, mut p) = scored_world();
+    w.snapshot.set_score_fields(crate::ScoreFields::Absent);
+    let o = w.apply(&mut p);
+    assert_eq!(writes(&o), ["create p-decision-1"]);
+    let scores: Vec<i64> = o
+        .decisions
+        .iter()
+        .flat_map(|d| d.status.iter().flat_map(|s| s.decisions.iter().map(|e| e.score)))
+        .collect();
+    assert_eq!(scores, [0, 0]);
+    assert_eq!(o.placement_status.last_score_update_time, None);
+    as_ocm_1_2_keeps_it(&mut w, &mut p);
+
+    // Again, and after a score change that keeps the selection: nothing to write or say.
+    for value in [90, 70] {
+        w.score(score("a", "r", &[("s", value)], None));
+        let o = w.apply(&mut p);
+        assert_eq!(writes(&o), Vec::<String>::new(), "a at {value}");
+        assert_eq!(o.events().count(), 0, "a at {value}");
+        assert_eq!(Some(&o.placement_status), p.status.as_ref());
+        as_ocm_1_2_keeps_it(&mut w, &mut p);
+    }
+    // The selection changes: the decision is written (no scores), DecisionUpdate and
+    // ScoreUpdate say it, as upstream's controller of OCM 1.2 says it.
+    w.score(score("c", "r", &[("s", 95)], None));
+    let o = w.apply(&mut p);
+    assert_eq!(writes(&o), ["status p-decision-1 2"]);
+    let events: Vec<&str> = o.events().map(|e| e.reason).collect();
+    assert_eq!(events, ["DecisionUpdate", "ScoreUpdate"]);
+    assert_eq!(chosen(&o), ["b", "c"]);
+}
+
+#[test]
+fn with_the_score_fields_assumed_a_hub_that_drops_them_is_rewritten_every_pass() {
+    // Why the core must know: each pass finds the scores it wrote missing.
+    let (mut w, mut p) = scored_world();
+    w.apply(&mut p);
+    for _ in 0..3 {
+        as_ocm_1_2_keeps_it(&mut w, &mut p);
+        let o = w.apply(&mut p);
+        assert_eq!(writes(&o), ["status p-decision-1 2"]);
+    }
+}

@@ -16,6 +16,7 @@ mod listing;
 pub mod metrics;
 mod pass;
 pub mod queue;
+pub mod schema;
 mod slim;
 pub mod state;
 pub mod triggers;
@@ -405,6 +406,8 @@ pub async fn run(
     options: Options,
     shutdown: impl Future<Output = ()>,
 ) {
+    // Before any pass: what the hub's CRDs keep decides what a pass compares.
+    schema::learn_score_fields(&client, &handle).await;
     let (writer, recorder) = Writer::new(
         client.clone(),
         handle.metrics.clone(),
