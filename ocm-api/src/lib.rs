@@ -3,13 +3,14 @@
 //! pinned in `tests/control-plane/versions.env`).
 //!
 //! Every field upstream defines has a typed home here, so that reading an object and writing
-//! it back loses nothing. Decoding follows Go's: a missing field takes its zero value (or the
-//! CRD default where the zero value would mean something else), never an error.
+//! it back loses nothing. Decoding follows Go's: a missing or `null` field takes its zero value
+//! (or the CRD default where the zero value would mean something else), never an error.
 
 pub mod addon;
 pub mod cluster;
 pub mod conditions;
 pub mod crds;
+mod null;
 pub mod quantity;
 pub mod schema;
 pub mod score;

@@ -4,6 +4,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::null::null_as_fn;
+
 /// Kubernetes qualified name, optionally prefixed by a DNS subdomain (label keys, taint keys).
 pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
 
@@ -27,10 +29,19 @@ pub(crate) fn default_weight() -> i32 {
     1
 }
 
+null_as_fn!(pub(crate) fn null_as_default_weight() -> i32 = default_weight);
+
 pub(crate) fn default_max_skew() -> i32 {
     1
 }
 
+null_as_fn!(pub(crate) fn null_as_default_max_skew() -> i32 = default_max_skew);
+
 pub(crate) fn default_lease_duration_seconds() -> i32 {
     60
 }
+
+null_as_fn!(
+    pub(crate) fn null_as_default_lease_duration_seconds() -> i32
+        = default_lease_duration_seconds
+);

@@ -96,6 +96,32 @@ fn yaml_and_json_print_the_objects_to_write() {
 }
 
 #[test]
+fn kubectl_json_lists_with_go_nulls_are_read() {
+    // `kubectl get -o json`-style Lists as Go's encoding/json writes them: `"conditions": null`,
+    // `"decisions": null`, `"validUntil": null`, and `"items": null` for an empty one.
+    let dir = "ocm-api/tests/fixtures/go-json";
+    let (list, empty) = (format!("{dir}/list.json"), format!("{dir}/empty-list.json"));
+    for file in [&list, &empty] {
+        assert!(
+            std::fs::read_to_string(repo().join(file))
+                .unwrap()
+                .contains("null")
+        );
+    }
+    let (ok, out, err) = simulate(&[&list, &empty, "--placement", "ns1/go-placement"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("go-placement-decision-1") && l.ends_with("[c1]")),
+        "{out}"
+    );
+    assert!(
+        out.contains("from 1 eligible clusters in sets [prod-set]"),
+        "{out}"
+    );
+}
+
+#[test]
 fn bad_input_names_the_file_and_the_object() {
     let dir = std::env::temp_dir().join(format!("simulate-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -16,6 +16,7 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::null::{null_as_default, null_as_fn};
 use crate::schema;
 
 /// The namespace add-on agents go to on a managed cluster unless configured otherwise.
@@ -48,18 +49,30 @@ const COUNT_OR_PERCENT_PATTERN: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
 )]
 #[serde(rename_all = "camelCase", default)]
 pub struct ClusterManagementAddOnSpec {
-    #[serde(skip_serializing_if = "AddOnMeta::is_empty")]
+    #[serde(
+        skip_serializing_if = "AddOnMeta::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub add_on_meta: AddOnMeta,
     /// Deprecated upstream in favour of `supportedConfigs`.
-    #[serde(skip_serializing_if = "ConfigCoordinates::is_empty")]
+    #[serde(
+        skip_serializing_if = "ConfigCoordinates::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub add_on_configuration: ConfigCoordinates,
     /// Deprecated upstream (replaced by `defaultConfigs` in v1beta1). Empty: the add-on takes no
     /// configuration.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["group", "resource"]))]
     pub supported_configs: Vec<ConfigMeta>,
     /// Which clusters get a ManagedClusterAddOn automatically.
-    #[serde(skip_serializing_if = "InstallStrategy::is_empty")]
+    #[serde(
+        skip_serializing_if = "InstallStrategy::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = {"type": "Manual"}))]
     pub install_strategy: InstallStrategy,
 }
@@ -67,9 +80,15 @@ pub struct ClusterManagementAddOnSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct AddOnMeta {
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub display_name: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub description: String,
 }
 
@@ -83,11 +102,20 @@ impl AddOnMeta {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ConfigCoordinates {
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub crd_name: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub cr_name: String,
-    #[serde(skip_serializing_if = "schema::is_zero_i64")]
+    #[serde(
+        skip_serializing_if = "schema::is_zero_i64",
+        deserialize_with = "null_as_default"
+    )]
     pub last_observed_generation: i64,
 }
 
@@ -112,7 +140,7 @@ pub struct ConfigMeta {
 #[serde(rename_all = "camelCase")]
 pub struct ConfigGroupResource {
     #[schemars(extend("default" = ""))]
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub group: String,
     #[schemars(required, length(min = 1))]
     pub resource: String,
@@ -122,7 +150,11 @@ pub struct ConfigGroupResource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigReferent {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub namespace: String,
     #[schemars(required, length(min = 1))]
     pub name: String,
@@ -134,6 +166,7 @@ pub struct ConfigReferent {
 pub struct ConfigSpecHash {
     #[serde(flatten)]
     pub config_referent: ConfigReferent,
+    #[serde(deserialize_with = "null_as_default")]
     pub spec_hash: String,
 }
 
@@ -142,11 +175,18 @@ pub struct ConfigSpecHash {
 pub struct InstallStrategy {
     /// One of `Manual`, `Placements`. A missing type is `Manual`, as the CRD defaults it (the
     /// addon manager also reads `""` as `Manual`). Always written, as in Go.
-    #[serde(rename = "type", default = "default_install_strategy_type")]
+    #[serde(
+        rename = "type",
+        default = "default_install_strategy_type",
+        deserialize_with = "null_as_default_install_strategy_type"
+    )]
     #[schemars(extend("default" = "Manual", "enum" = ["Manual", "Placements"]))]
     pub type_: String,
     /// For `Placements`: when a cluster is selected by several, the later entry wins.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace", "name"]))]
     pub placements: Vec<PlacementStrategy>,
 }
@@ -154,6 +194,8 @@ pub struct InstallStrategy {
 fn default_install_strategy_type() -> String {
     "Manual".to_owned()
 }
+
+null_as_fn!(fn null_as_default_install_strategy_type() -> String = default_install_strategy_type);
 
 impl Default for InstallStrategy {
     fn default() -> Self {
@@ -188,10 +230,16 @@ pub struct PlacementStrategy {
     #[serde(flatten)]
     pub placement_ref: PlacementRef,
     /// Initial configs of the ManagedClusterAddOns; users may override them there.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub configs: Vec<AddOnConfig>,
     /// How configuration changes roll out (only for the configs set here).
-    #[serde(skip_serializing_if = "RolloutStrategy::is_empty")]
+    #[serde(
+        skip_serializing_if = "RolloutStrategy::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = {"type": "All"}))]
     pub rollout_strategy: RolloutStrategy,
 }
@@ -207,7 +255,8 @@ pub struct RolloutStrategy {
     #[serde(
         rename = "type",
         default = "default_rollout_type",
-        skip_serializing_if = "String::is_empty"
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default_rollout_type"
     )]
     #[schemars(extend("default" = "All", "enum" = ["All", "Progressive", "ProgressivePerGroup"]))]
     pub type_: String,
@@ -222,6 +271,8 @@ pub struct RolloutStrategy {
 fn default_rollout_type() -> String {
     "All".to_owned()
 }
+
+null_as_fn!(fn null_as_default_rollout_type() -> String = default_rollout_type);
 
 impl Default for RolloutStrategy {
     fn default() -> Self {
@@ -250,11 +301,17 @@ impl RolloutStrategy {
 pub struct RolloutConfig {
     /// Soak time after each step, a Go duration (`90m`); empty means the CRD default `0`. Never
     /// written empty: Go cannot parse `""` as a duration.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "0"))]
     pub min_success_time: String,
     /// `None` (the CRD default; empty means the same) waits forever, else a duration (`2h`).
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "None"), regex(pattern = r"^(([0-9])+[h|m|s])|None$"))]
     pub progress_deadline: String,
     /// A count or a percentage of the step's clusters; `None` means 0.
@@ -266,10 +323,16 @@ pub struct RolloutConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct MandatoryDecisionGroup {
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub group_name: String,
     /// Go's `omitempty` drops index 0; use `groupName` to name the first group.
-    #[serde(skip_serializing_if = "schema::is_zero_i32")]
+    #[serde(
+        skip_serializing_if = "schema::is_zero_i32",
+        deserialize_with = "null_as_default"
+    )]
     pub group_index: i32,
 }
 
@@ -288,7 +351,10 @@ pub struct RolloutProgressivePerGroup {
     #[serde(flatten)]
     pub rollout_config: RolloutConfig,
     /// Rolled out first, and must all succeed before the rest proceed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub mandatory_decision_groups: Vec<MandatoryDecisionGroup>,
 }
 
@@ -299,7 +365,10 @@ pub struct RolloutProgressive {
     #[serde(flatten)]
     pub rollout_config: RolloutConfig,
     /// Rolled out first, and must all succeed before the rest proceed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub mandatory_decision_groups: Vec<MandatoryDecisionGroup>,
     /// A count or a percentage of the selected clusters.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -313,10 +382,14 @@ pub struct ClusterManagementAddOnStatus {
     /// JSON key `defaultconfigReferences` (lower-case `c`, as upstream spells it).
     #[serde(
         rename = "defaultconfigReferences",
-        skip_serializing_if = "Vec::is_empty"
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
     )]
     pub default_config_references: Vec<DefaultConfigReference>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub install_progressions: Vec<InstallProgression>,
 }
 
@@ -326,9 +399,15 @@ pub struct ClusterManagementAddOnStatus {
 pub struct InstallProgression {
     #[serde(flatten)]
     pub placement_ref: PlacementRef,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub config_references: Vec<InstallConfigReference>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
@@ -384,7 +463,10 @@ pub struct InstallConfigReference {
 pub struct ManagedClusterAddOnSpec {
     /// Deprecated upstream (use AddOnDeploymentConfig); empty means
     /// `open-cluster-management-agent-addon`.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(
         extend("default" = "open-cluster-management-agent-addon"),
         length(max = 63),
@@ -392,7 +474,10 @@ pub struct ManagedClusterAddOnSpec {
     )]
     pub install_namespace: String,
     /// Configs for this cluster; they override the ClusterManagementAddOn's.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub configs: Vec<AddOnConfig>,
 }
 
@@ -409,33 +494,63 @@ pub struct AddOnConfig {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManagedClusterAddOnStatus {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub related_objects: Vec<ObjectReference>,
     /// Mirrors the ClusterManagementAddOn's.
-    #[serde(skip_serializing_if = "AddOnMeta::is_empty")]
+    #[serde(
+        skip_serializing_if = "AddOnMeta::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub add_on_meta: AddOnMeta,
     /// Deprecated upstream (use `configReferences`).
-    #[serde(skip_serializing_if = "ConfigCoordinates::is_empty")]
+    #[serde(
+        skip_serializing_if = "ConfigCoordinates::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub add_on_configuration: ConfigCoordinates,
     /// Config types this cluster's spec may override; empty means none.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["group", "resource"]))]
     pub supported_configs: Vec<ConfigGroupResource>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub config_references: Vec<ConfigReference>,
     /// Namespace on the managed cluster for the registration secret and the lease.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub namespace: String,
     /// One CSR (and client certificate) per entry; set by the add-on's hub controller.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub registrations: Vec<RegistrationConfig>,
-    #[serde(skip_serializing_if = "HealthCheck::is_empty")]
+    #[serde(
+        skip_serializing_if = "HealthCheck::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub health_check: HealthCheck,
     /// `csr` or `token`: how the agent authenticates its kube-apiserver client.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("enum" = ["csr", "token"]))]
     pub kube_client_driver: String,
 }
@@ -448,7 +563,11 @@ pub struct ObjectReference {
     pub group: String,
     #[schemars(required)]
     pub resource: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub namespace: String,
     #[schemars(required)]
     pub name: String,
@@ -464,6 +583,7 @@ pub struct ConfigReference {
     /// Deprecated upstream (use `desiredConfig`).
     #[serde(flatten)]
     pub config_referent: ConfigReferent,
+    #[serde(deserialize_with = "null_as_default")]
     pub last_observed_generation: i64,
     pub desired_config: Option<ConfigSpecHash>,
     /// Set once the add-on's ManifestWork with this config has been applied.
@@ -475,7 +595,10 @@ pub struct ConfigReference {
 pub struct HealthCheck {
     /// `Lease` or `Customized`; empty means `Lease` (only `Customized` turns the lease check
     /// off upstream).
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "Lease", "enum" = ["Lease", "Customized"]))]
     pub mode: String,
 }
@@ -497,7 +620,11 @@ pub struct RegistrationConfig {
     )]
     pub signer_name: String,
     /// Empty: the agent gets upstream's default subject for the cluster and add-on.
-    #[serde(default, skip_serializing_if = "Subject::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Subject::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub subject: Subject,
 }
 
@@ -505,11 +632,19 @@ pub struct RegistrationConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Subject {
+    #[serde(deserialize_with = "null_as_default")]
     pub user: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub groups: Vec<String>,
     /// JSON key `organizationUnit` (Go field `OrganizationUnits`).
-    #[serde(rename = "organizationUnit", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        rename = "organizationUnit",
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub organization_units: Vec<String>,
 }
 
@@ -539,29 +674,44 @@ impl Subject {
 #[serde(rename_all = "camelCase", default)]
 pub struct AddOnDeploymentConfigSpec {
     /// Name-value pairs the add-on uses to render its deployment.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub customized_variables: Vec<CustomizedVariable>,
     /// `None`: unspecified; `Some` of an empty placement: all nodes, no tolerations.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_placement: Option<NodePlacement>,
     /// Image registry overrides for the agent's images.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub registries: Vec<ImageMirror>,
-    #[serde(skip_serializing_if = "ProxyConfig::is_empty")]
+    #[serde(
+        skip_serializing_if = "ProxyConfig::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub proxy_config: ProxyConfig,
     /// A missing namespace is `open-cluster-management-agent-addon`, as the CRD defaults it;
     /// an explicit `""` tells template add-ons to use their template's namespace. Always
     /// written: Go's `omitempty` drops that `""`, which the apiserver then defaults (we do not
     /// copy that).
-    #[serde(default = "default_agent_install_namespace")]
+    #[serde(
+        default = "default_agent_install_namespace",
+        deserialize_with = "null_as_default_agent_install_namespace"
+    )]
     #[schemars(
         length(max = 63),
         regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
     )]
     pub agent_install_namespace: String,
     /// Per-container resources; the last matching entry wins.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["containerID"]))]
     pub resource_requirements: Vec<ContainerResourceRequirements>,
 }
@@ -569,6 +719,11 @@ pub struct AddOnDeploymentConfigSpec {
 fn default_agent_install_namespace() -> String {
     DEFAULT_AGENT_INSTALL_NAMESPACE.to_owned()
 }
+
+null_as_fn!(
+    fn null_as_default_agent_install_namespace() -> String
+        = default_agent_install_namespace
+);
 
 impl Default for AddOnDeploymentConfigSpec {
     fn default() -> Self {
@@ -610,7 +765,7 @@ pub struct CustomizedVariable {
     )]
     pub name: String,
     #[schemars(length(max = 1024))]
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub value: String,
 }
 
@@ -619,10 +774,16 @@ pub struct CustomizedVariable {
 #[serde(rename_all = "camelCase", default)]
 pub struct NodePlacement {
     /// Empty matches every node.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub node_selector: BTreeMap<String, String>,
     /// Empty tolerates nothing.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub tolerations: Vec<Toleration>,
 }
 
@@ -633,16 +794,22 @@ pub struct ImageMirror {
     /// Ignored when empty.
     #[schemars(required)]
     pub mirror: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub source: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ProxyConfig {
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub http_proxy: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub https_proxy: String,
     /// PEM bundle to verify an HTTPS proxy, as base64 text, as Go's `[]byte` is on the wire
     /// (kept encoded: lossless).
@@ -650,7 +817,10 @@ pub struct ProxyConfig {
     #[schemars(extend("format" = "byte"))]
     pub ca_bundle: Option<String>,
     /// Comma-separated hosts, CIDRs and IPs that bypass the proxy.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub no_proxy: String,
 }
 

@@ -8,6 +8,7 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::null::null_as_default;
 use crate::schema;
 
 /// A cluster registered with the hub. Cluster-scoped; its name is also the name of the hub
@@ -32,13 +33,23 @@ use crate::schema;
 )]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManagedClusterSpec {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub managed_cluster_client_configs: Vec<ClientConfig>,
+    #[serde(deserialize_with = "null_as_default")]
     pub hub_accepts_client: bool,
     /// A missing value is 60, as the CRD defaults it.
-    #[serde(default = "schema::default_lease_duration_seconds")]
+    #[serde(
+        default = "schema::default_lease_duration_seconds",
+        deserialize_with = "schema::null_as_default_lease_duration_seconds"
+    )]
     pub lease_duration_seconds: i32,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub taints: Vec<Taint>,
 }
 
@@ -71,7 +82,11 @@ pub struct ClientConfig {
 pub struct Taint {
     #[schemars(required, length(max = 316), regex(pattern = schema::QUALIFIED_NAME_PATTERN))]
     pub key: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(length(max = 1024))]
     pub value: String,
     /// One of [`crate::wellknown::taint_effect`].
@@ -85,16 +100,32 @@ pub struct Taint {
 #[serde(rename_all = "camelCase", default)]
 pub struct ManagedClusterStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(deserialize_with = "null_as_default")]
     pub conditions: Vec<Condition>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub capacity: BTreeMap<String, Quantity>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub allocatable: BTreeMap<String, Quantity>,
-    #[serde(skip_serializing_if = "ManagedClusterVersion::is_empty")]
+    #[serde(
+        skip_serializing_if = "ManagedClusterVersion::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub version: ManagedClusterVersion,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub cluster_claims: Vec<ManagedClusterClaim>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["clusterSet", "name"]))]
     pub managed_namespaces: Vec<ClusterSetManagedNamespaceConfig>,
 }
@@ -102,7 +133,10 @@ pub struct ManagedClusterStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManagedClusterVersion {
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub kubernetes: String,
 }
 
@@ -115,10 +149,16 @@ impl ManagedClusterVersion {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManagedClusterClaim {
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(length(min = 1, max = 1024))]
     pub value: String,
 }
@@ -131,7 +171,11 @@ pub struct ClusterSetManagedNamespaceConfig {
     pub name: String,
     #[schemars(required)]
     pub cluster_set: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }

@@ -14,6 +14,7 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::null::null_as_default;
 use crate::schema;
 
 /// Which clusters a workload may go to. The spec's fields are ANDed; an empty spec selects
@@ -35,28 +36,50 @@ use crate::schema;
 )]
 #[serde(rename_all = "camelCase", default)]
 pub struct PlacementSpec {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub cluster_sets: Vec<String>,
     /// `None` selects every feasible cluster. No minimum in the CRD: a negative value must be
     /// reported as misconfigured, not trusted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub number_of_clusters: Option<i32>,
     /// ORed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub predicates: Vec<ClusterPredicate>,
+    #[serde(deserialize_with = "null_as_default")]
     pub prioritizer_policy: PrioritizerPolicy,
-    #[serde(skip_serializing_if = "SpreadPolicy::is_empty")]
+    #[serde(
+        skip_serializing_if = "SpreadPolicy::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub spread_policy: SpreadPolicy,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub tolerations: Vec<Toleration>,
-    #[serde(skip_serializing_if = "DecisionStrategy::is_empty")]
+    #[serde(
+        skip_serializing_if = "DecisionStrategy::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub decision_strategy: DecisionStrategy,
     /// One of [`crate::wellknown::sort_by`]; empty means `ClusterName`.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "ClusterName", "enum" = ["ClusterName", "Score"]))]
     pub sort_by: String,
     /// A duration such as `1m`; empty means the CRD default `1m`.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "1m"), regex(pattern = r"^[0-9]+[hms]$"))]
     pub score_rate_limit: String,
 }
@@ -64,7 +87,10 @@ pub struct PlacementSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ClusterPredicate {
-    #[serde(skip_serializing_if = "ClusterSelector::is_empty")]
+    #[serde(
+        skip_serializing_if = "ClusterSelector::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub required_cluster_selector: ClusterSelector,
 }
 
@@ -72,12 +98,21 @@ pub struct ClusterPredicate {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ClusterSelector {
-    #[serde(skip_serializing_if = "schema::is_empty_label_selector")]
+    #[serde(
+        skip_serializing_if = "schema::is_empty_label_selector",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
     pub label_selector: LabelSelector,
-    #[serde(skip_serializing_if = "ClusterClaimSelector::is_empty")]
+    #[serde(
+        skip_serializing_if = "ClusterClaimSelector::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub claim_selector: ClusterClaimSelector,
-    #[serde(skip_serializing_if = "ClusterCelSelector::is_empty")]
+    #[serde(
+        skip_serializing_if = "ClusterCelSelector::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub cel_selector: ClusterCelSelector,
 }
 
@@ -93,7 +128,10 @@ impl ClusterSelector {
 #[serde(rename_all = "camelCase", default)]
 pub struct ClusterCelSelector {
     /// ANDed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub cel_expressions: Vec<String>,
 }
 
@@ -107,7 +145,10 @@ impl ClusterCelSelector {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ClusterClaimSelector {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub match_expressions: Vec<LabelSelectorRequirement>,
 }
 
@@ -121,10 +162,16 @@ impl ClusterClaimSelector {
 #[serde(rename_all = "camelCase", default)]
 pub struct PrioritizerPolicy {
     /// One of [`crate::wellknown::prioritizer_mode`]; empty means `Additive`.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "Additive"))]
     pub mode: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub configurations: Vec<PrioritizerConfig>,
 }
 
@@ -137,7 +184,10 @@ pub struct PrioritizerConfig {
     /// In [-10, 10]; 0 disables the prioritizer, a negative weight prefers low scores. A
     /// missing weight is 1, as the CRD defaults it. Always written: Go's `omitempty` drops an
     /// explicit 0, which the apiserver then defaults to 1 (we do not copy that).
-    #[serde(default = "schema::default_weight")]
+    #[serde(
+        default = "schema::default_weight",
+        deserialize_with = "schema::null_as_default_weight"
+    )]
     #[schemars(range(min = -10, max = 10))]
     pub weight: i32,
 }
@@ -155,11 +205,18 @@ impl Default for PrioritizerConfig {
 #[serde(rename_all = "camelCase", default)]
 pub struct ScoreCoordinate {
     /// One of [`crate::wellknown::score_coordinate_type`].
-    #[serde(rename = "type", skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "type",
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(required, extend("default" = "BuiltIn", "enum" = ["BuiltIn", "AddOn"]))]
     pub type_: String,
     /// One of [`crate::wellknown::builtin_prioritizer`] when `type` is `BuiltIn`.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub built_in: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub add_on: Option<AddOnScore>,
@@ -179,7 +236,10 @@ pub struct AddOnScore {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SpreadPolicy {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(length(max = 8))]
     pub spread_constraints: Vec<SpreadConstraintsTerm>,
 }
@@ -207,11 +267,18 @@ pub struct SpreadConstraintsTerm {
     #[schemars(required, extend("enum" = ["Label", "Claim"]))]
     pub topology_key_type: String,
     /// A missing maxSkew is 1, as the CRD defaults it.
-    #[serde(default = "schema::default_max_skew")]
+    #[serde(
+        default = "schema::default_max_skew",
+        deserialize_with = "schema::null_as_default_max_skew"
+    )]
     #[schemars(range(min = 1))]
     pub max_skew: i32,
     /// One of [`crate::wellknown::when_unsatisfiable`]; empty means `ScheduleAnyway`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "ScheduleAnyway", "enum" = ["DoNotSchedule", "ScheduleAnyway"]))]
     pub when_unsatisfiable: String,
 }
@@ -231,18 +298,30 @@ impl Default for SpreadConstraintsTerm {
 #[serde(rename_all = "camelCase", default)]
 pub struct Toleration {
     /// Empty matches every key (then the operator must be `Exists`).
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(length(max = 316), regex(pattern = schema::QUALIFIED_NAME_PATTERN))]
     pub key: String,
     /// `Equal` or `Exists`; empty means `Equal`. Not an enum in the CRD.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "Equal"))]
     pub operator: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(length(max = 1024))]
     pub value: String,
     /// Empty matches every effect.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("enum" = ["NoSelect", "PreferNoSelect", "NoSelectIfNew"]))]
     pub effect: String,
     /// `None` tolerates forever; counted from the taint's `timeAdded`.
@@ -253,7 +332,10 @@ pub struct Toleration {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct DecisionStrategy {
-    #[serde(skip_serializing_if = "GroupStrategy::is_empty")]
+    #[serde(
+        skip_serializing_if = "GroupStrategy::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub group_strategy: GroupStrategy,
 }
 
@@ -266,7 +348,10 @@ impl DecisionStrategy {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct GroupStrategy {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub decision_groups: Vec<DecisionGroup>,
     /// A count (`25`) or a percentage (`"25%"`) of the selected clusters; CRD default `"100%"`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -300,19 +385,28 @@ pub struct DecisionGroup {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct GroupClusterSelector {
-    #[serde(skip_serializing_if = "schema::is_empty_label_selector")]
+    #[serde(
+        skip_serializing_if = "schema::is_empty_label_selector",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
     pub label_selector: LabelSelector,
-    #[serde(skip_serializing_if = "ClusterClaimSelector::is_empty")]
+    #[serde(
+        skip_serializing_if = "ClusterClaimSelector::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub claim_selector: ClusterClaimSelector,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PlacementStatus {
+    #[serde(deserialize_with = "null_as_default")]
     pub number_of_selected_clusters: i32,
+    #[serde(deserialize_with = "null_as_default")]
     pub decision_groups: Vec<DecisionGroupStatus>,
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(deserialize_with = "null_as_default")]
     pub conditions: Vec<Condition>,
     /// API field; upstream does not write it yet (score visibility).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -322,12 +416,15 @@ pub struct PlacementStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct DecisionGroupStatus {
+    #[serde(deserialize_with = "null_as_default")]
     pub decision_group_index: i32,
+    #[serde(deserialize_with = "null_as_default")]
     pub decision_group_name: String,
     /// Names of the PlacementDecisions holding this group.
+    #[serde(deserialize_with = "null_as_default")]
     pub decisions: Vec<String>,
     /// JSON key `clusterCount` (Go field `ClustersCount`).
-    #[serde(rename = "clusterCount")]
+    #[serde(rename = "clusterCount", deserialize_with = "null_as_default")]
     pub clusters_count: i32,
 }
 
@@ -351,7 +448,9 @@ pub struct PlacementDecisionFields {}
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementDecisionStatus {
+    /// Required, but Go writes an empty list as `null`, which is read as empty.
     #[schemars(required)]
+    #[serde(deserialize_with = "null_as_default")]
     pub decisions: Vec<ClusterDecision>,
 }
 
@@ -364,7 +463,11 @@ pub struct ClusterDecision {
     #[schemars(required)]
     pub reason: String,
     /// The total score (score visibility); omitted when zero, as Go's `omitzero`.
-    #[serde(default, skip_serializing_if = "schema::is_zero_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "schema::is_zero_i64",
+        deserialize_with = "null_as_default"
+    )]
     pub score: i64,
 }
 

@@ -6,6 +6,7 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::null::null_as_default;
 use crate::schema;
 
 /// A group of ManagedClusters. Membership comes from `spec.clusterSelector`: the exclusive
@@ -27,8 +28,12 @@ use crate::schema;
 )]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManagedClusterSetSpec {
+    #[serde(deserialize_with = "null_as_default")]
     pub cluster_selector: ManagedClusterSelector,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub managed_namespaces: Vec<ManagedNamespaceConfig>,
 }
@@ -37,7 +42,10 @@ pub struct ManagedClusterSetSpec {
 #[serde(rename_all = "camelCase", default)]
 pub struct ManagedClusterSelector {
     /// One of [`crate::wellknown::selector_type`]; empty means the exclusive label.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(
         required,
         extend("default" = "ExclusiveClusterSetLabel", "enum" = ["ExclusiveClusterSetLabel", "LabelSelector"])
@@ -59,6 +67,7 @@ pub struct ManagedNamespaceConfig {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManagedClusterSetStatus {
+    #[serde(deserialize_with = "null_as_default")]
     pub conditions: Vec<Condition>,
 }
 
@@ -83,7 +92,10 @@ pub struct ManagedClusterSetStatus {
 pub struct ManagedClusterSetBindingSpec {
     /// Go writes "" when unset; the CRD refuses "" (minLength 1), so leaving it out is the
     /// same object and keeps a bogus `default: ""` out of our schema.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(length(min = 1))]
     pub cluster_set: String,
 }
@@ -91,5 +103,6 @@ pub struct ManagedClusterSetBindingSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManagedClusterSetBindingStatus {
+    #[serde(deserialize_with = "null_as_default")]
     pub conditions: Vec<Condition>,
 }

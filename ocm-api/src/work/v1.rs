@@ -8,6 +8,8 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::null::{null_as_default, null_as_fn};
+
 /// Pattern of the executor service account's namespace and name (a DNS subdomain).
 const DNS_SUBDOMAIN_PATTERN: &str =
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$";
@@ -28,13 +30,19 @@ const DNS_SUBDOMAIN_PATTERN: &str =
 )]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManifestWorkSpec {
-    #[serde(skip_serializing_if = "ManifestsTemplate::is_empty")]
+    #[serde(
+        skip_serializing_if = "ManifestsTemplate::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub workload: ManifestsTemplate,
     /// `None` deletes every applied resource in the foreground.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delete_option: Option<DeleteOption>,
     /// Per-manifest options (feedback, update strategy, condition rules).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub manifest_configs: Vec<ManifestConfigOption>,
     /// `None`: the agent applies with its own identity, without a permission check.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -44,7 +52,10 @@ pub struct ManifestWorkSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManifestsTemplate {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub manifests: Vec<Manifest>,
 }
 
@@ -71,7 +82,10 @@ pub struct Manifest {
 pub struct DeleteOption {
     /// `Foreground`, `Orphan` or `SelectivelyOrphan`. A missing policy is `Foreground`, as the
     /// CRD defaults it. Always written, as in Go.
-    #[serde(default = "default_propagation_policy")]
+    #[serde(
+        default = "default_propagation_policy",
+        deserialize_with = "null_as_default_propagation_policy"
+    )]
     #[schemars(extend("default" = "Foreground", "enum" = ["Foreground", "Orphan", "SelectivelyOrphan"]))]
     pub propagation_policy: String,
     /// For `SelectivelyOrphan`: the resources to leave behind. JSON key `selectivelyOrphans`.
@@ -87,6 +101,8 @@ fn default_propagation_policy() -> String {
     "Foreground".to_owned()
 }
 
+null_as_fn!(fn null_as_default_propagation_policy() -> String = default_propagation_policy);
+
 impl Default for DeleteOption {
     fn default() -> Self {
         Self {
@@ -100,7 +116,10 @@ impl Default for DeleteOption {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SelectivelyOrphan {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub orphaning_rules: Vec<OrphaningRule>,
 }
 
@@ -113,14 +132,14 @@ pub type OrphaningRule = ResourceIdentifier;
 #[serde(rename_all = "camelCase")]
 pub struct ResourceIdentifier {
     /// `""` for the core group.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub group: String,
     #[schemars(required)]
     pub resource: String,
     #[schemars(required)]
     pub name: String,
     /// `""` for a cluster-scoped resource.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub namespace: String,
 }
 
@@ -132,16 +151,28 @@ pub struct ManifestConfigOption {
     #[schemars(required)]
     pub resource_identifier: ResourceIdentifier,
     /// Which status fields to report back in `statusFeedback`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub feedback_rules: Vec<FeedbackRule>,
     /// `None` means `Update`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_strategy: Option<UpdateStrategy>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["condition"]))]
     pub condition_rules: Vec<ConditionRule>,
     /// `Poll` or `Watch`; empty means `Poll`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "Poll", "enum" = ["Poll", "Watch"]))]
     pub feedback_scrape_type: String,
 }
@@ -162,12 +193,12 @@ pub struct ConditionRule {
     #[schemars(required, extend("enum" = ["WellKnownConditions", "CEL"]))]
     pub type_: String,
     /// For `CEL`: ANDed.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub cel_expressions: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub message: String,
     /// CEL producing the message; overrides `message` when it yields a non-empty string.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub message_expression: String,
 }
 
@@ -179,7 +210,11 @@ pub struct FeedbackRule {
     #[schemars(required, extend("enum" = ["WellKnownStatus", "JSONPaths"]))]
     pub type_: String,
     /// For `JSONPaths`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub json_paths: Vec<JsonPath>,
 }
@@ -192,7 +227,11 @@ pub struct JsonPath {
     #[schemars(required)]
     pub name: String,
     /// The resource version to read; empty means the latest.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub version: String,
     #[schemars(required)]
     pub path: String,
@@ -202,7 +241,11 @@ pub struct JsonPath {
 #[serde(rename_all = "camelCase", default)]
 pub struct UpdateStrategy {
     /// `Update`, `CreateOnly`, `ServerSideApply` or `ReadOnly`; empty means `Update`.
-    #[serde(rename = "type", skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "type",
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(
         required,
         extend("default" = "Update", "enum" = ["Update", "CreateOnly", "ServerSideApply", "ReadOnly"])
@@ -216,13 +259,20 @@ pub struct UpdateStrategy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ServerSideApplyConfig {
+    #[serde(deserialize_with = "null_as_default")]
     pub force: bool,
     /// Must start with `work-agent`; empty means `work-agent`.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("default" = "work-agent"), regex(pattern = r"^work-agent"))]
     pub field_manager: String,
     /// Fields the agent leaves alone on the managed cluster.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["condition"]))]
     pub ignore_fields: Vec<IgnoreField>,
 }
@@ -232,26 +282,43 @@ pub struct ServerSideApplyConfig {
 pub struct IgnoreField {
     /// `OnSpokePresent` or `OnSpokeChange`: when the fields are ignored. A missing condition is
     /// `OnSpokePresent`, as the CRD defaults it. Always written, as in Go.
-    #[serde(default = "default_ignore_fields_condition")]
+    #[serde(
+        default = "default_ignore_fields_condition",
+        deserialize_with = "null_as_default_ignore_fields_condition"
+    )]
     #[schemars(
         required,
         extend("default" = "OnSpokePresent", "enum" = ["OnSpokePresent", "OnSpokeChange"])
     )]
     pub condition: String,
     /// Kubernetes JSONPath expressions.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub json_paths: Vec<String>,
     /// RFC 6901 JSON Pointers (`/spec/replicas`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub json_pointers: Vec<String>,
     /// jq path expressions.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub jq_path_expressions: Vec<String>,
 }
 
 fn default_ignore_fields_condition() -> String {
     "OnSpokePresent".to_owned()
 }
+
+null_as_fn!(
+    fn null_as_default_ignore_fields_condition() -> String
+        = default_ignore_fields_condition
+);
 
 impl Default for IgnoreField {
     fn default() -> Self {
@@ -268,6 +335,7 @@ impl Default for IgnoreField {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManifestWorkExecutor {
+    #[serde(deserialize_with = "null_as_default")]
     pub subject: ManifestWorkExecutorSubject,
 }
 
@@ -297,18 +365,27 @@ pub struct ManifestWorkSubjectServiceAccount {
 #[serde(rename_all = "camelCase", default)]
 pub struct ManifestWorkStatus {
     /// `Applied`, `Progressing`, `Available`, `Degraded`, `Complete`, `Deleting`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// Synced from the managed cluster by the agent.
-    #[serde(skip_serializing_if = "ManifestResourceStatus::is_empty")]
+    #[serde(
+        skip_serializing_if = "ManifestResourceStatus::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub resource_status: ManifestResourceStatus,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManifestResourceStatus {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub manifests: Vec<ManifestCondition>,
 }
 
@@ -327,14 +404,17 @@ pub struct ManifestCondition {
     /// JSON key `statusFeedback` (Go field `StatusFeedbacks`).
     #[serde(
         rename = "statusFeedback",
-        skip_serializing_if = "StatusFeedbackResult::is_empty"
+        default,
+        skip_serializing_if = "StatusFeedbackResult::is_empty",
+        deserialize_with = "null_as_default"
     )]
-    #[serde(default)]
     pub status_feedbacks: StatusFeedbackResult,
+    /// Required, but Go writes an empty list as `null`, which is read as empty.
     #[schemars(
         required,
         extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])
     )]
+    #[serde(deserialize_with = "null_as_default")]
     pub conditions: Vec<Condition>,
 }
 
@@ -344,24 +424,27 @@ pub struct ManifestCondition {
 pub struct ManifestResourceMeta {
     #[schemars(required)]
     pub ordinal: i32,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub group: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub version: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub resource: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub namespace: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct StatusFeedbackResult {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub values: Vec<FeedbackValue>,
 }

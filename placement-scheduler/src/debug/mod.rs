@@ -67,7 +67,9 @@
 //! - A POSTed Placement without `metadata.namespace` is a 400. Upstream reviews the empty
 //!   namespace (all namespaces) and schedules against namespace `""`, where nothing is bound.
 //! - POSTed JSON is read by serde: field names match exactly (Go's decoder also accepts other
-//!   letter cases). A missing or `null` `metadata` or `spec` is the empty one, as in Go.
+//!   letter cases). A missing or `null` optional field is the unset one, as in Go (its zero
+//!   value, or the CRD default where upstream's CRD has one), `metadata` and `spec` included:
+//!   Go clients write `null` for empty lists (`"conditions": null`).
 //! - A denial whose review gives no reason ends after the namespace (upstream leaves a
 //!   trailing `": "`).
 //! - A path with more than two segments is the same 400 as one with fewer (upstream:
@@ -722,8 +724,9 @@ where
             )));
         }
     };
-    // Go's decoder leaves a missing (or null) metadata or spec at its zero value; our type
-    // requires both fields.
+    // Go's decoder leaves a missing (or null) metadata or spec at its zero value. Our type
+    // reads every other null as unset, but kube's derive makes the root's metadata and spec
+    // required, so they are filled in here.
     let mut value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(DebugError::BadJson)?;
     if let Some(object) = value.as_object_mut() {

@@ -1,5 +1,6 @@
 //! Reading hub objects from YAML files: multi-document files and `kind: List`, as
-//! `kubectl get -o yaml` exports them. Every error names the file and the object.
+//! `kubectl get -o yaml` exports them (or `-o json`: JSON is YAML too). A `null` field is
+//! unset, as Go reads it. Every error names the file and the object.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -143,6 +144,7 @@ impl Objects {
                 continue;
             }
             if doc.get("kind").and_then(Value::as_str) == Some("List") {
+                // Go writes an empty List's items as `null`.
                 let items = doc
                     .get("items")
                     .and_then(Value::as_array)

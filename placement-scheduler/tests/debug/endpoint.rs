@@ -185,6 +185,67 @@ async fn a_what_if_post_schedules_the_unsaved_placement() {
     );
 }
 
+/// A Placement exactly as Go's `encoding/json` writes one built with upstream's test helper
+/// (`NewPlacement("ns1", "go-placement").WithClusterSets("prod-set").WithNOC(2)`): `null` for
+/// its empty status lists, empty structs written out.
+const GO_PLACEMENT: &str = include_str!("../../../ocm-api/tests/fixtures/go-json/placement.json");
+
+#[tokio::test]
+async fn a_what_if_post_as_go_marshals_it_is_read_as_go_reads_it() {
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "debug-go").await.unwrap();
+    let token = service_account(&admin, &ns, "planner").await;
+    grant(&admin, &ns, "planner", &["create"]).await;
+    let server = start(admin.clone(), fleet(&ns), None).await;
+
+    // Go's bytes, in the test's namespace.
+    assert!(GO_PLACEMENT.contains(r#""decisionGroups":null,"conditions":null"#));
+    let go_body = GO_PLACEMENT.replace(r#""namespace":"ns1""#, &format!(r#""namespace":"{ns}""#));
+    assert_ne!(go_body, GO_PLACEMENT);
+    let reply = eventually(
+        || server.post(token.as_str(), go_body.clone()),
+        |r| r.status != StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    // The prod-set clusters; c3's taint is not tolerated. Two of them, by the default scores.
+    assert_eq!(
+        reply.body["filteredPipelineResults"],
+        json!([
+            {"name": "Predicate", "filteredClusters": ["c1", "c2", "c3", "c4"]},
+            {"name": "Predicate,TaintToleration", "filteredClusters": ["c4", "c1", "c2"]}
+        ])
+    );
+    assert_eq!(reply.body["placement"]["metadata"]["name"], "go-placement");
+
+    // The same answer as for the Placement with its nulls left out.
+    let mut without_nulls: Value = serde_json::from_str(&go_body).unwrap();
+    let status = without_nulls["status"].as_object_mut().unwrap();
+    status.retain(|_, v| !v.is_null());
+    assert_eq!(status.len(), 1);
+    let reply_without = server.post(token.as_str(), without_nulls.to_string()).await;
+    assert_eq!(reply_without.status, StatusCode::OK, "{reply_without:?}");
+    assert_eq!(reply.body, reply_without.body);
+
+    // Null everywhere Go could write it: metadata, spec and every optional list in them.
+    let nulls = json!({
+        "apiVersion": null, "kind": null,
+        "metadata": {"name": "go-placement", "namespace": ns, "labels": null,
+                     "annotations": null, "creationTimestamp": null, "ownerReferences": null},
+        "spec": {"clusterSets": ["prod-set"], "numberOfClusters": 2, "predicates": null,
+                 "prioritizerPolicy": {"mode": null, "configurations": null},
+                 "spreadPolicy": {"spreadConstraints": null}, "tolerations": null,
+                 "decisionStrategy": {"groupStrategy": {"decisionGroups": null,
+                                                        "clustersPerDecisionGroup": 0}},
+                 "sortBy": null, "scoreRateLimit": null},
+        "status": null
+    });
+    let reply_nulls = server.post(token.as_str(), nulls.to_string()).await;
+    assert_eq!(reply_nulls.status, StatusCode::OK, "{reply_nulls:?}");
+    assert_eq!(reply.body, reply_nulls.body);
+}
+
 #[tokio::test]
 async fn bad_requests_are_refused_with_upstreams_messages() {
     let cp = testenv::shared().await;
@@ -259,6 +320,8 @@ async fn bad_requests_are_refused_with_upstreams_messages() {
         r#"{"metadata": {"name": "x"}}"#,
         "{}",
         r#"{"metadata": {"namespace": ""}}"#,
+        r#"{"metadata": null, "spec": null}"#,
+        r#"{"metadata": {"name": "x", "namespace": null}}"#,
     ] {
         server
             .post(token.as_str(), no_namespace)
@@ -272,23 +335,23 @@ async fn bad_requests_are_refused_with_upstreams_messages() {
         StatusCode::BAD_REQUEST,
         "failed to unmarshal placement JSON: ",
     );
-    // A Placement without spec is Go's zero spec: every cluster of the bound sets, scored by
-    // the defaults.
-    let reply = server
-        .post(
-            token.as_str(),
-            json!({"metadata": {"name": "bare", "namespace": ns}}).to_string(),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
-    assert_eq!(
-        reply.body["filteredPipelineResults"][0],
-        json!({"name": "Predicate", "filteredClusters": ["c1", "c2", "c3", "c4"]})
-    );
-    assert_eq!(
-        reply.body["filteredPipelineResults"][1]["filteredClusters"],
-        json!(["c4", "c1", "c2"])
-    );
+    // A Placement without spec, or with a null one, is Go's zero spec: every cluster of the
+    // bound sets, scored by the defaults.
+    for bare in [
+        json!({"metadata": {"name": "bare", "namespace": ns}}),
+        json!({"metadata": {"name": "bare", "namespace": ns}, "spec": null}),
+    ] {
+        let reply = server.post(token.as_str(), bare.to_string()).await;
+        assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+        assert_eq!(
+            reply.body["filteredPipelineResults"][0],
+            json!({"name": "Predicate", "filteredClusters": ["c1", "c2", "c3", "c4"]})
+        );
+        assert_eq!(
+            reply.body["filteredPipelineResults"][1]["filteredClusters"],
+            json!(["c4", "c1", "c2"])
+        );
+    }
     server
         .post(token.as_str(), vec![b' '; MAX_REQUEST_BODY_BYTES + 1])
         .await
