@@ -12,98 +12,19 @@ mod common;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
 use testenv::process::ChildProcess;
-use testenv::scrape;
 
 /// The bound the story runs with (the default is 10 minutes).
 const BOUND: Duration = Duration::from_secs(20);
 
-/// The controller binary as the control plane's admin, for `hub`'s namespace, with the
-/// shortened bound; its metrics address.
+/// The controller binary with the shortened bound.
 fn scheduler(hub: &Hub, dir: &Path, n: u32) -> (ChildProcess, SocketAddr) {
-    let metrics: SocketAddr = format!("127.0.0.1:{}", testenv::free_port())
-        .parse()
-        .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_placement-scheduler"));
-    cmd.args([
-        "controller",
-        "--leader-elect=false",
-        "--debug-bind-address",
-        "",
-    ])
-    .arg("--kubeconfig")
-    .arg(dir.join("kubeconfig"))
-    .args(["--metrics-bind-address", &metrics.to_string()])
-    .args(["--namespaces", &hub.ns])
-    .args(["--max-score-validity", &format!("{}s", BOUND.as_secs())]);
-    let child = ChildProcess::start(
-        "the scheduler",
-        cmd,
-        &dir.join(format!("scheduler-{n}.log")),
-    )
-    .unwrap();
-    (child, metrics)
-}
-
-/// Waits until the binary is ready and at rest: it has made a pass, its queue holds nothing
-/// ready, deferred or processing, and two readings a second apart show no new pass or write.
-/// Returns its successful writes by (verb, resource).
-async fn at_rest(metrics: SocketAddr) -> BTreeMap<String, f64> {
-    let read = || async move {
-        let text = scrape::get(metrics).await.ok()?;
-        let samples = scrape::parse(&text);
-        let passes = scrape::sum(&samples, "placement_schedules_total", |_| true);
-        let busy = scrape::sum(&samples, "placement_queue_depth", |l| {
-            l.get("state").is_some_and(|s| s != "waiting")
-        });
-        let mut writes = BTreeMap::new();
-        for s in samples
-            .iter()
-            .filter(|s| s.name == "placement_api_writes_total")
-        {
-            if s.labels.get("result").map(String::as_str) == Some("success") {
-                let key = format!(
-                    "{} {}",
-                    s.labels.get("verb").cloned().unwrap_or_default(),
-                    s.labels.get("resource").cloned().unwrap_or_default()
-                );
-                *writes.entry(key).or_insert(0.0) += s.value;
-            }
-        }
-        Some((passes, busy, writes))
-    };
-    let deadline = Instant::now() + DEADLINE;
-    let mut last = None;
-    loop {
-        let ready = testenv::http::get(metrics, "/readyz").await.ok();
-        if let (Some((200, _)), Some(now)) = (ready, read().await) {
-            let key = (now.0, now.2.clone());
-            if now.0 >= 1.0 && now.1 == 0.0 && last.as_ref() == Some(&key) {
-                return now.2;
-            }
-            last = Some(key);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the scheduler was not ready and at rest within {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-/// The apiserver's write requests on the objects a scheduler writes, by (verb, resource).
-async fn hub_writes(hub: &Hub) -> BTreeMap<(String, String), f64> {
-    let samples = scrape::apiserver(&hub.client).await.unwrap();
-    let mut writes = scrape::requests_by_verb(&samples, |_, resource| {
-        matches!(resource, "placementdecisions" | "placements" | "events")
-    });
-    writes.retain(|(verb, _), _| matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"));
-    writes
+    let bound = format!("{}s", BOUND.as_secs());
+    binary::start(hub, dir, n, &["--max-score-validity", &bound])
 }
 
 /// Asserts that `placement` selects `want` throughout `window`: what is asserted is that
@@ -148,29 +69,29 @@ async fn static_scores_keep_a_workload_on_its_cluster_across_the_bound_and_a_res
     hub.expect("dr", &["dr-primary"]).await;
     // Past the bound: an unset validUntil never expires.
     stays_on(&hub, "dr", "dr-primary", BOUND + Duration::from_secs(5)).await;
-    at_rest(metrics).await;
+    binary::at_rest(metrics, 0.0).await;
     first.check_alive().unwrap();
 
     // The restart: killed, and started again with the same flags.
     drop(first);
-    let before = hub_writes(&hub).await;
+    let before = binary::hub_writes(&hub).await;
     let (second, metrics) = scheduler(&hub, &dir, 2);
-    let written = at_rest(metrics).await;
+    let written = binary::at_rest(metrics, 0.0).await.writes;
     assert!(
         written.values().all(|n| *n == 0.0),
         "the restarted scheduler wrote {written:?}"
     );
-    let after = hub_writes(&hub).await;
+    let after = binary::hub_writes(&hub).await;
     assert_eq!(
-        scrape::delta(&after, &before),
+        testenv::scrape::delta(&after, &before),
         BTreeMap::new(),
         "writes by verb on the hub across the restart"
     );
     // And past the bound again, counted from the restart.
     stays_on(&hub, "dr", "dr-primary", BOUND + Duration::from_secs(5)).await;
-    let after = hub_writes(&hub).await;
+    let after = binary::hub_writes(&hub).await;
     assert_eq!(
-        scrape::delta(&after, &before),
+        testenv::scrape::delta(&after, &before),
         BTreeMap::new(),
         "writes by verb on the hub after the restart"
     );

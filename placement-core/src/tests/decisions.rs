@@ -385,7 +385,11 @@ fn a_hub_without_the_score_fields_gets_none_and_no_rewrite_for_them() {
     let scores: Vec<i64> = o
         .decisions
         .iter()
-        .flat_map(|d| d.status.iter().flat_map(|s| s.decisions.iter().map(|e| e.score)))
+        .flat_map(|d| {
+            d.status
+                .iter()
+                .flat_map(|s| s.decisions.iter().map(|e| e.score))
+        })
         .collect();
     assert_eq!(scores, [0, 0]);
     assert_eq!(o.placement_status.last_score_update_time, None);

@@ -32,7 +32,10 @@ pub async fn learn_score_fields(client: &Client, handle: &super::Handle) {
                         return;
                     }
                 }
-                tracing::warn!(document = DOCUMENT, "the hub's OpenAPI never described PlacementDecision; assuming decisions[].score exists");
+                tracing::warn!(
+                    document = DOCUMENT,
+                    "the hub's OpenAPI never described PlacementDecision; assuming decisions[].score exists"
+                );
             });
         }
     }
@@ -98,7 +101,10 @@ mod tests {
         assert_eq!(from_document(&v12), Some(ScoreFields::Absent));
         assert_eq!(from_document(&json!({})), None);
         assert_eq!(from_document(&json!({"components": {"schemas": {}}})), None);
-        assert_eq!(from_document(&json!({"components": {"schemas": {
-            "io.open-cluster-management.cluster.v1beta1.PlacementDecision": {"type": "object"}}}})), None);
+        assert_eq!(
+            from_document(&json!({"components": {"schemas": {
+            "io.open-cluster-management.cluster.v1beta1.PlacementDecision": {"type": "object"}}}})),
+            None
+        );
     }
 }

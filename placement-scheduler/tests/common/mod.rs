@@ -2,6 +2,8 @@
 //! set of cluster names per test, and a controller scheduling only that namespace.
 #![allow(dead_code)]
 
+pub mod binary;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;

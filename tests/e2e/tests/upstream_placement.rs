@@ -76,7 +76,10 @@ fn upstream_placement_suite_passes_against_our_binary() {
         .stderr(Stdio::inherit())
         .output()
         .expect("running tests/ocm/placement-suite.sh");
-    assert!(built.status.success(), "tests/ocm/placement-suite.sh failed");
+    assert!(
+        built.status.success(),
+        "tests/ocm/placement-suite.sh failed"
+    );
     let suite = PathBuf::from(
         String::from_utf8_lossy(&built.stdout)
             .lines()
@@ -111,7 +114,9 @@ fn upstream_placement_suite_passes_against_our_binary() {
     println!("| spec | our binary | upstream's controller (control) |");
     println!("| --- | --- | --- |");
     for s in &ours {
-        let c = control.get(&s.name).map_or("not in upstream's suite", String::as_str);
+        let c = control
+            .get(&s.name)
+            .map_or("not in upstream's suite", String::as_str);
         println!("| {} | {} | {c} |", s.name, s.state);
     }
     let count = |state: &str| ours.iter().filter(|s| s.state == state).count();
@@ -130,7 +135,10 @@ fn upstream_placement_suite_passes_against_our_binary() {
         .collect();
     let debug_specs = ours
         .iter()
-        .filter(|s| s.name.starts_with("DebugService against placement-scheduler"))
+        .filter(|s| {
+            s.name
+                .starts_with("DebugService against placement-scheduler")
+        })
         .count();
     if !failed.is_empty() || !missing.is_empty() || !run.status.success() || debug_specs < 6 {
         for s in &failed {
