@@ -182,6 +182,21 @@ const OTHER_NAMES: &[(&str, Option<&str>, &str)] = &[
         Some("tests/control-plane/versions.env"),
         "the pinned OCM API",
     ),
+    (
+        "OCM_VERSION",
+        Some("tests/control-plane/versions.env"),
+        "the pinned OCM module",
+    ),
+    (
+        "OCM_PLACEMENT_SCHEDULER",
+        Some("tests/ocm/testdata/placement-suite/manager.go"),
+        "the binary upstream's suite runs",
+    ),
+    (
+        "KUBEBUILDER_ASSETS",
+        Some("tests/ocm/placement-suite.sh"),
+        "envtest's binaries",
+    ),
     ("MALLOC_ARENA_MAX", None, "glibc's malloc tunable"),
     (
         "PR_SET_PDEATHSIG",
