@@ -55,6 +55,8 @@
 //!   the non-resource permission `/debug/placements/*` (verbs `get`/`post`) before the handler
 //!   runs. Here the placements permission in the namespace is the only authorization: it is
 //!   the one that says what a user may see.
+//! - GET asks for `get` on placements, as upstream's main branch does (ocm#1623); OCM's
+//!   v1.2 and v1.3 releases ask for `create`. Reading how a Placement is scheduled is reading.
 //! - GET checks the permission before looking the Placement up, so that a user who may not
 //!   read placements in a namespace cannot learn which exist there (403, never 404). Upstream
 //!   looks up first.
