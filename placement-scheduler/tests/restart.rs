@@ -10,22 +10,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
-use testenv::process::ChildProcess;
 
 /// The bound the story runs with (the default is 10 minutes).
 const BOUND: Duration = Duration::from_secs(20);
-
-/// The controller binary with the shortened bound.
-fn scheduler(hub: &Hub, dir: &Path, n: u32) -> (ChildProcess, SocketAddr) {
-    let bound = format!("{}s", BOUND.as_secs());
-    binary::start(hub, dir, n, &["--max-score-validity", &bound])
-}
 
 /// Asserts that `placement` selects `want` throughout `window`: what is asserted is that
 /// nothing happens, so the window is waited out (polled every 250 ms, failing at the first
@@ -59,7 +50,9 @@ async fn static_scores_keep_a_workload_on_its_cluster_across_the_bound_and_a_res
         .write_kubeconfig(&dir.join("kubeconfig"))
         .unwrap();
 
-    let (first, metrics) = scheduler(&hub, &dir, 1);
+    let bound = format!("{}s", BOUND.as_secs());
+    let flags = ["--max-score-validity", bound.as_str()];
+    let (first, metrics) = binary::start(&hub, &dir, 1, &flags);
     hub.placement(
         "dr",
         json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
@@ -75,18 +68,7 @@ async fn static_scores_keep_a_workload_on_its_cluster_across_the_bound_and_a_res
     // The restart: killed, and started again with the same flags.
     drop(first);
     let before = binary::hub_writes(&hub).await;
-    let (second, metrics) = scheduler(&hub, &dir, 2);
-    let written = binary::at_rest(metrics, 0.0).await.writes;
-    assert!(
-        written.values().all(|n| *n == 0.0),
-        "the restarted scheduler wrote {written:?}"
-    );
-    let after = binary::hub_writes(&hub).await;
-    assert_eq!(
-        testenv::scrape::delta(&after, &before),
-        BTreeMap::new(),
-        "writes by verb on the hub across the restart"
-    );
+    let (second, _) = binary::restart_writes_nothing(&hub, &dir, 2, &flags, &before).await;
     // And past the bound again, counted from the restart.
     stays_on(&hub, "dr", "dr-primary", BOUND + Duration::from_secs(5)).await;
     let after = binary::hub_writes(&hub).await;

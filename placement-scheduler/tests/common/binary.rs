@@ -106,3 +106,28 @@ pub async fn hub_writes(hub: &Hub) -> BTreeMap<(String, String), f64> {
     writes.retain(|(verb, _), _| matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"));
     writes
 }
+
+/// Starts the binary again (`n`, `extra` as [`start`]) and asserts that, once at rest, it has
+/// written nothing: its own write counters, and the apiserver's since `before` (what
+/// [`hub_writes`] read before the earlier process ended).
+pub async fn restart_writes_nothing(
+    hub: &Hub,
+    dir: &Path,
+    n: u32,
+    extra: &[&str],
+    before: &BTreeMap<(String, String), f64>,
+) -> (ChildProcess, SocketAddr) {
+    let (child, metrics) = start(hub, dir, n, extra);
+    let written = at_rest(metrics, 0.0).await.writes;
+    assert!(
+        written.values().all(|n| *n == 0.0),
+        "the restarted scheduler wrote {written:?}"
+    );
+    let after = hub_writes(hub).await;
+    assert_eq!(
+        scrape::delta(&after, before),
+        BTreeMap::new(),
+        "writes by verb on the hub across the restart"
+    );
+    (child, metrics)
+}
