@@ -108,6 +108,23 @@ async fn the_manager_token_writes_only_the_agent_into_cluster_namespaces() {
     let rendered = renderings(addon, &c1);
     let legit = work_json(addon, &c1, &rendered[0].1);
 
+    // The policy is in force once the apiserver has loaded it and its binding (an informer,
+    // so a moment after they are written, longer on a busy machine); until then the writes it
+    // refuses go through. Waited for with a dry run it must refuse.
+    let mut probe = legit.clone();
+    add_manifest(
+        &mut probe,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "probe", "namespace": "default"}}),
+    );
+    let probe: ManifestWork = serde_json::from_value(probe).expect("a work");
+    testenv::eventually("the admission policy in force", DEADLINE, || {
+        let (api, probe) = (works(&c1), probe.clone());
+        async move {
+            outcome(api.create(&dry_run(), &probe).await).filter(|m| m.starts_with("403"))
+        }
+    })
+    .await;
+
     // (what, the object, the refusal's message must contain)
     let mut creates: Vec<(String, Value, &str)> = Vec::new();
     let wrong_place = "managed cluster namespace";

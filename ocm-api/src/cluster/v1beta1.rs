@@ -448,7 +448,8 @@ pub struct PlacementDecisionFields {}
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementDecisionStatus {
-    /// Required, but Go writes an empty list as `null`, which is read as empty.
+    // Required, but Go writes an empty list as `null`, which is read as empty (a comment, not
+    // a doc comment: it would become the CRD field's description).
     #[schemars(required)]
     #[serde(deserialize_with = "null_as_default")]
     pub decisions: Vec<ClusterDecision>,

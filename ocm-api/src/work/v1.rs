@@ -409,7 +409,8 @@ pub struct ManifestCondition {
         deserialize_with = "null_as_default"
     )]
     pub status_feedbacks: StatusFeedbackResult,
-    /// Required, but Go writes an empty list as `null`, which is read as empty.
+    // Required, but Go writes an empty list as `null`, which is read as empty (a comment, not
+    // a doc comment: it would become the CRD field's description).
     #[schemars(
         required,
         extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])
