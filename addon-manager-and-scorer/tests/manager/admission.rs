@@ -120,7 +120,9 @@ async fn the_manager_token_writes_only_the_agent_into_cluster_namespaces() {
     testenv::eventually("the admission policy in force", DEADLINE, || {
         let (api, probe) = (works(&c1), probe.clone());
         async move {
-            outcome(api.create(&dry_run(), &probe).await).filter(|m| m.starts_with("403"))
+            outcome(api.create(&dry_run(), &probe).await).filter(|m| {
+                m.starts_with("403") && m.contains("may carry only the agent's objects")
+            })
         }
     })
     .await;
