@@ -70,8 +70,14 @@ export work
 CARGO=${CARGO:-$(command -v cargo)}
 export CARGO
 
+# Binaries that run alone, after the others: upstream's placement suite (its control, upstream's
+# own controller, ran alone; some of its specs create an object tens of milliseconds before the
+# Placement that must count it, a race with the watches that a loaded machine can lose, with
+# either controller).
+alone='^upstream_placement$'
 start=$SECONDS
-xargs -P "$jobs" -L 1 bash -c 'run_one "$@"' _ <"$work/ordered"
+awk -v alone="$alone" '$3 !~ alone' "$work/ordered" | xargs -P "$jobs" -L 1 bash -c 'run_one "$@"' _
+awk -v alone="$alone" '$3 ~ alone' "$work/ordered" | xargs -P 1 -L 1 bash -c 'run_one "$@"' _
 echo "test binaries: $(wc -l <"$work/binaries") in $((SECONDS - start)) s, $jobs at a time"
 { [ -f "$times" ] && grep -vF -f <(cut -d' ' -f2 "$work/times" | sed 's/^/ /') "$times"; cat "$work/times"; } \
   >"$work/times.new" 2>/dev/null
