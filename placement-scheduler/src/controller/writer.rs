@@ -142,10 +142,10 @@ fn own_write(write: &Write) -> OwnWrite {
 }
 
 /// Our patches ask the apiserver to drop fields its CRD does not know without a warning
-/// (`fieldValidation=Ignore`). A hub whose PlacementDecision CRD predates
-/// `decisions[].score` (OCM 1.2) prunes the scores either way; with the default (`Warn`) it
-/// also sends one `Warning` header per decision, and a hundred of them exceed the HTTP
-/// client's header limit, so the write of a full PlacementDecision failed on such a hub.
+/// (`fieldValidation=Ignore`). With the default (`Warn`) it sends one `Warning` header per
+/// dropped field, and a hundred of them (a score per decision, on an OCM 1.2 hub whose schema
+/// `schema::learn_score_fields` has not read yet) exceed the HTTP client's header limit: the
+/// write of a full PlacementDecision failed.
 fn patch_params() -> PatchParams {
     PatchParams::default().validation_ignore()
 }
