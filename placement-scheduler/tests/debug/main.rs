@@ -628,14 +628,6 @@ impl Process {
         .await
     }
 
-    fn logged(&self, message_contains: &str) -> bool {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains(message_contains))
-    }
-
     /// The exit status, waiting for it; and everything the process wrote to stderr.
     async fn exit(&mut self) -> (std::process::ExitStatus, String) {
         let status = testenv::eventually("the process to exit", Duration::from_secs(30), || {
