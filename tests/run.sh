@@ -18,6 +18,26 @@ for c in rustfmt clippy; do
   fi
 done
 
+# Disk first: a full disk fails deep inside rustc with an error that names only the crate.
+# A run from an empty target/ grows it to about 6 GB without incremental compilation (as
+# .ci/run runs) and about 11 GB with it (cargo's default for the dev profile), measured on
+# 2026-11-29 with `du -s target` every 20 s through a fresh clone's run. Go's build cache, which
+# the Go builds fill on a fresh machine, held 9.2 GB on the development machine that day
+# (`du -sh "$(go env GOCACHE)"`).
+target_dir=${CARGO_TARGET_DIR:-target}
+mkdir -p "$target_dir"
+if [ "${CARGO_INCREMENTAL:-1}" = 0 ]; then need_gb=7; else need_gb=13; fi
+have_gb=$(( $(du -sk "$target_dir" | cut -f1) / 1048576 ))
+free_gb=$(( $(df -Pk "$target_dir" | awk 'NR == 2 { print $4 }') / 1048576 ))
+min_gb=${OCM_MIN_FREE_GB:-$(( need_gb > have_gb ? need_gb - have_gb : 1 ))}
+if (( free_gb < min_gb )); then
+  echo "tests/run.sh: ${free_gb} GB free where $target_dir is; this run needs about ${min_gb} GB more" \
+    "(set OCM_MIN_FREE_GB to override)" >&2
+  exit 1
+fi
+# When a step fails, the disk and memory it had, for the failure's reader.
+trap 'rc=$?; if [ "$rc" != 0 ]; then df -h "$target_dir" "${GOCACHE:-$(go env GOCACHE)}" >&2; free -g >&2; fi' EXIT
+
 start=$SECONDS
 tests/control-plane/build.sh
 echo "control plane ready after $((SECONDS - start))s"
@@ -42,7 +62,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 images_log=$(mktemp)
-trap 'rm -f "$log" "$images_log"' EXIT
+trap 'rc=$?; rm -f "$log" "$images_log"; if [ "$rc" != 0 ]; then df -h "$target_dir" >&2; free -g >&2; fi' EXIT
 # The images (buildah; a release build) in the background, at the lowest priority: after a
 # change their release build takes minutes of CPU that the tests, which mostly wait, leave
 # idle. tests/e2e/tests/images.rs calls the script too and waits for this build (a lock),

@@ -157,11 +157,9 @@ impl Drop for Components {
     }
 }
 
-/// A free port on the loopback.
+/// A free port on the loopback (picked as every test's, below the ephemeral range).
 pub fn free_port() -> Result<u16, Error> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(testenv::ports::free()?)
 }
 
 /// Runs each Deployment of `docs` (what `helm template` rendered for the release in `ns`) from

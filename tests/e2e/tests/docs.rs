@@ -168,6 +168,16 @@ const OTHER_NAMES: &[(&str, Option<&str>, &str)] = &[
         "test binaries at once",
     ),
     (
+        "CARGO_INCREMENTAL",
+        Some(".ci/run"),
+        "cargo's incremental compilation, off in CI",
+    ),
+    (
+        "OCM_MIN_FREE_GB",
+        Some("tests/run.sh"),
+        "the free disk the test command asks for",
+    ),
+    (
         "OCM_PLACEMENT_CACHE",
         Some("tests/control-plane/build.sh"),
         "the test tools' cache",
