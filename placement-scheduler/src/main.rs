@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use ocm_runtime::app::{self, App, AppArgs, Drain};
+use ocm_runtime::app::{self, App, AppArgs, Drain, Hub, Running, Stopped};
 use placement_core::Limits;
 use placement_core::limits;
 use placement_core::snapshot::MaxScoreValidity;
 use placement_scheduler::controller::{self, Handle, Leader, Options};
+use placement_scheduler::debug::{DebugMetrics, DebugSource, Debugger};
 use placement_scheduler::simulate::{self, Objects, report};
 use placement_scheduler::upstream::{self, Invocation, UpstreamArgs};
 
@@ -374,12 +375,50 @@ async fn controller_cmd(
     // only while this replica leads).
     let review_client = hub.limited_apart()?;
     let handle = Handle::new(app.registry());
-    let debug_metrics = placement_scheduler::debug::DebugMetrics::new(app.registry());
-    {
-        let mut state = handle.state.write();
-        state.snapshot.set_max_score_validity(args.validity.bound());
-        state.snapshot.set_limits(args.limits.limits());
+    let debug_metrics = DebugMetrics::new(app.registry());
+    bound_passes(&handle, &args);
+    say_listeners(invocation, own);
+    let running = app
+        .serve_optional(own.metrics.then_some(&args.app.serve))
+        .await?;
+    serve_upstream_port(&args, invocation, &running).await?;
+    if own.debug && !args.debug_bind_address.is_empty() {
+        let debugger = debugger(&args, &handle, review_client, debug_metrics);
+        let server = debug_endpoint(&args, debugger, running.shutdown()).await?;
+        tokio::spawn(server);
     }
+    // Probes answer (not ready) while the hub cannot be reached; the stop signal ends the wait.
+    let server = hub.server();
+    let Ok(()) = running.wait_for_hub(&hub.unlimited()?, &server).await else {
+        return Ok(());
+    };
+    let Ok(()) = check_alone(&args, invocation, &hub, &running, &server).await? else {
+        return Ok(());
+    };
+    let leadership = running.elect(&args.app.leader, &hub, upstream::lease_name(invocation))?;
+    let writes = hub.writer(&leadership)?;
+    let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
+    // Ready once every watch has listed; until then /readyz names the watches that have not
+    // and their last error (a missing CRD). A standby is ready too (it keeps warm stores).
+    tokio::spawn(handle.sync.clone().report_to(running.health()));
+    let options = controller_options(args, leader);
+    // A replica deposed by another holder exits (client-go's `OnStoppedLeading`) and comes
+    // back as a standby when restarted; one that only missed its renewals (the apiserver
+    // down) stops writing and leads again when it renews (see `Leadership::deposed`).
+    let run = controller::run(writes, handle, options, running.shutdown());
+    running.run_until_deposed(run, leadership).await?;
+    Ok(())
+}
+
+/// The bounds of every pass: the score validity bound and the limits.
+fn bound_passes(handle: &Handle, args: &ControllerArgs) {
+    let mut state = handle.state.write();
+    state.snapshot.set_max_score_validity(args.validity.bound());
+    state.snapshot.set_limits(args.limits.limits());
+}
+
+/// Started as `placement` without both of its own listeners: says which it opens.
+fn say_listeners(invocation: Invocation, own: OwnListeners) {
     if invocation == Invocation::Upstream && !(own.metrics && own.debug) {
         tracing::info!(
             metrics_port = own.metrics,
@@ -387,9 +426,14 @@ async fn controller_cmd(
             "started as OCM's placement controller: only the listeners upstream's has, and those asked for (--metrics-bind-address, --debug-bind-address)"
         );
     }
-    let running = app
-        .serve_optional(own.metrics.then_some(&args.app.serve))
-        .await?;
+}
+
+/// Upstream's HTTPS port (probes and metrics), when it is to be opened.
+async fn serve_upstream_port(
+    args: &ControllerArgs,
+    invocation: Invocation,
+    running: &Running,
+) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(addr) = args.upstream.listen_address(invocation) {
         let probes = upstream::serve_probes(
             addr,
@@ -401,46 +445,51 @@ async fn controller_cmd(
         .await?;
         tokio::spawn(probes);
     }
-    if own.debug && !args.debug_bind_address.is_empty() {
-        let source: Arc<dyn placement_scheduler::debug::DebugSource> = Arc::new(handle.clone());
-        let debugger = placement_scheduler::debug::Debugger::new(
-            review_client,
-            source,
-            args.debug_limits.clone(),
-            debug_metrics,
-        );
-        let server = debug_endpoint(&args, debugger, running.shutdown()).await?;
-        tokio::spawn(server);
-    }
-    // Probes answer (not ready) while the hub cannot be reached; the stop signal ends the wait.
-    let server = hub.server();
-    let Ok(()) = running.wait_for_hub(&hub.unlimited()?, &server).await else {
-        return Ok(());
-    };
+    Ok(())
+}
+
+/// The debug endpoint's handler, scheduling from the controller's stores.
+fn debugger(
+    args: &ControllerArgs,
+    handle: &Handle,
+    review_client: kube::Client,
+    metrics: DebugMetrics,
+) -> Debugger {
+    let source: Arc<dyn DebugSource> = Arc::new(handle.clone());
+    Debugger::new(review_client, source, args.debug_limits.clone(), metrics)
+}
+
+/// Refuses to fight OCM's own placement controller (see `coexist`), unless this is it or
+/// --take-over says it is scaled down. `Err(Stopped)` inside: the stop signal came first.
+async fn check_alone(
+    args: &ControllerArgs,
+    invocation: Invocation,
+    hub: &Hub,
+    running: &Running,
+    server: &str,
+) -> Result<Result<(), Stopped>, Box<dyn std::error::Error>> {
     if invocation == Invocation::Upstream {
         // It *is* OCM's placement controller: nothing to check.
-    } else if args.take_over {
+        return Ok(Ok(()));
+    }
+    if args.take_over {
         tracing::info!(
             "--take-over: not checking whether OCM's placement controller is active; scale it down, or both will write the same PlacementDecisions"
         );
-    } else {
-        let client = hub.unlimited()?;
-        let namespace = &args.ocm_hub_namespace;
-        let check = || placement_scheduler::coexist::check(&client, namespace);
-        let Ok(checked) = running.retry_while_unreachable(&server, check).await else {
-            return Ok(());
-        };
-        checked?;
+        return Ok(Ok(()));
     }
+    let client = hub.unlimited()?;
+    let namespace = &args.ocm_hub_namespace;
+    let check = || placement_scheduler::coexist::check(&client, namespace);
+    match running.retry_while_unreachable(server, check).await {
+        Ok(checked) => Ok(Ok(checked?)),
+        Err(stopped) => Ok(Err(stopped)),
+    }
+}
 
-    let leadership = running.elect(&args.app.leader, &hub, upstream::lease_name(invocation))?;
-    let writes = hub.writer(&leadership)?;
-    let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
-    // Ready once every watch has listed; until then /readyz names the watches that have not
-    // and their last error (a missing CRD). A standby is ready too (it keeps warm stores).
-    tokio::spawn(handle.sync.clone().report_to(running.health()));
-
-    let options = Options {
+/// The controller's options, from its flags.
+fn controller_options(args: ControllerArgs, leader: Arc<dyn Leader>) -> Options {
+    Options {
         workers: args.workers,
         workers_per_namespace: args.max_workers_per_namespace,
         resync: args.resync_period,
@@ -452,13 +501,7 @@ async fn controller_cmd(
         },
         balance_delay: args.balance_delay,
         leader,
-    };
-    // A replica deposed by another holder exits (client-go's `OnStoppedLeading`) and comes
-    // back as a standby when restarted; one that only missed its renewals (the apiserver
-    // down) stops writing and leads again when it renews (see `Leadership::deposed`).
-    let run = controller::run(writes, handle, options, running.shutdown());
-    running.run_until_deposed(run, leadership).await?;
-    Ok(())
+    }
 }
 
 /// Upstream's flags that map onto ours (OCM's operator command line, `placement controller`).

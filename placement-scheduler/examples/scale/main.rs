@@ -22,18 +22,18 @@
 //! # upstream, each on a fresh control plane; `upstream` alone works too). Upstream's binary is
 //! # built from its Go module by tests/ocm/build.sh on first use (OCM_VERSION in
 //! # tests/control-plane/versions.env) and cached; `--upstream-bin` names another.
-//! # Issue 17 (throughput, writes per Placement by verb, CPU, peak RSS, then 30 s idle):
+//! # Throughput (writes per Placement by verb, CPU, peak RSS, then 30 s idle):
 //! cargo run --release -p placement-scheduler --example scale -- --controller both \
 //!     --scenario throughput --placements 100 --clusters 10 --out t-100x10.md
 //! cargo run --release -p placement-scheduler --example scale -- --controller both \
 //!     --scenario throughput --placements 1000 --clusters 1000 --out t-1000x1000.md
-//! # Issue 22 (moves at 100x1, 2,000x1, 2,000x100 and the burst at 1,000x100, one table):
+//! # Reaction to moves (at 100x1, 2,000x1, 2,000x100, and the burst at 1,000x100, one table):
 //! cargo run --release -p placement-scheduler --example scale -- --controller both \
 //!     --scenario react --out react.md
 //! # one shape: --scenario moves|burst --clusters N --placements M; a prebuilt controller:
-//! # --controller-bin /work/bench/base/placement-scheduler (e.g. the "before" binary).
+//! # --controller-bin <path> (e.g. a build of an earlier commit, to compare with).
 //! # Flap: 30 clusters whose scores wander (true value + uniform noise ±15, a
-//! # step every 2 s, 60 steps, seed 1), 50 placements of 3 in Additive and in Exact mode:
+//! # step every 2 s, 60 steps, --seed 1), 50 placements of 3 in Additive and in Exact mode:
 //! # decision changes per placement per 100 steps and regret; ours without and with a
 //! # stability annotation, then upstream (flap.rs):
 //! cargo run --release -p placement-scheduler --example scale -- --controller both \
@@ -252,12 +252,12 @@ enum Scenario {
     Reaction,
     /// Throughput at 100x1, 1,000x1,000 and 10,000x1,000, then reaction.
     All,
-    /// Issue 22's shape: N clusters with a score each, M placements of one cluster all reading
+    /// The reaction shape: N clusters with a score each, M placements of one cluster all reading
     /// the same scores; a move writes one score that makes another cluster the best.
     Moves,
     /// N clusters, M placements as in `moves`; every cluster's score rewritten at once.
     Burst,
-    /// Issue 22's table: moves at 100x1, 2,000x1 and 2,000x100, then the burst at 1,000x100.
+    /// The reaction table: moves at 100x1, 2,000x1 and 2,000x100, then the burst at 1,000x100.
     React,
     /// N clusters (default 30) whose scores wander around fixed true values, M placements
     /// (default 50) of 3: decision changes and regret, Additive and Exact (see `flap.rs`).

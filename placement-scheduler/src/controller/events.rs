@@ -39,30 +39,30 @@ use placement_core::plan::{Event, EventType};
 
 /// One event to publish, as a worker saw it.
 #[derive(Debug, Clone)]
-pub struct Publish {
-    pub namespace: String,
+pub(crate) struct Publish {
+    pub(crate) namespace: String,
     /// The Placement.
-    pub regarding: ObjectReference,
+    pub(crate) regarding: ObjectReference,
     /// The PlacementDecision, if the event names one.
-    pub related: Option<ObjectReference>,
-    pub event: Event,
+    pub(crate) related: Option<ObjectReference>,
+    pub(crate) event: Event,
     /// When it happened (the recorder may publish it a little later).
-    pub at: jiff::Timestamp,
+    pub(crate) at: jiff::Timestamp,
 }
 
 /// How the recorder batches and forgets.
 #[derive(Debug, Clone, Copy)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// Events waiting to be published; more are dropped.
-    pub queue: usize,
+    pub(crate) queue: usize,
     /// How long a published event is remembered after its last occurrence: a repeat within
     /// this joins its series (client-go: 6 minutes).
-    pub window: Duration,
+    pub(crate) window: Duration,
     /// How often counted repeats are written (client-go refreshes every 30 minutes; a
     /// shorter period keeps `series.count` current at one patch per repeating series).
-    pub refresh: Duration,
+    pub(crate) refresh: Duration,
     /// Events remembered at most.
-    pub capacity: usize,
+    pub(crate) capacity: usize,
 }
 
 impl Default for Timing {
@@ -78,13 +78,13 @@ impl Default for Timing {
 
 /// The workers' side: hands events to the recorder without waiting.
 #[derive(Clone)]
-pub struct Events {
+pub(crate) struct Events {
     tx: mpsc::Sender<Publish>,
     metrics: Arc<Metrics>,
 }
 
 impl Events {
-    pub fn publish(&self, p: Publish) {
+    pub(crate) fn publish(&self, p: Publish) {
         if let Err(e) = self.tx.try_send(p) {
             let reason = match &e {
                 mpsc::error::TrySendError::Full(p) | mpsc::error::TrySendError::Closed(p) => {
@@ -140,7 +140,7 @@ struct Entry {
 }
 
 /// The recorder task: publishes, aggregates and forgets.
-pub struct Recorder {
+pub(crate) struct Recorder {
     rx: mpsc::Receiver<Publish>,
     client: Client,
     metrics: Arc<Metrics>,
@@ -156,7 +156,7 @@ pub struct Recorder {
     seq: u64,
 }
 
-pub fn recorder(
+pub(crate) fn recorder(
     client: Client,
     metrics: Arc<Metrics>,
     leader: Arc<dyn Leader>,
@@ -191,7 +191,7 @@ fn since(now: jiff::Timestamp, then: jiff::Timestamp) -> Duration {
 
 impl Recorder {
     /// Runs until every [`Events`] handle is dropped; then writes the counted repeats.
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         // A timer only while something is remembered: nothing runs at rest.
         let mut next: Option<tokio::time::Instant> = None;
         let mut batch = Vec::with_capacity(CREATES_IN_FLIGHT);

@@ -14,19 +14,21 @@ use std::collections::HashSet;
 use kube::Resource;
 use kube::runtime::watcher::Event;
 
-/// An object's `(namespace, name)` (the namespace is empty for a cluster-scoped kind).
-pub type ObjectKey = (String, String);
+/// An object's `(namespace, name)`, owned (see [`key_of`]).
+pub(crate) type ObjectKey = (String, String);
 
-pub fn key_of<K: Resource>(o: &K) -> ObjectKey {
+/// An object's namespace and name: the one way the controller keys an object (the namespace
+/// is empty for a cluster-scoped kind; a name the API always sets is empty when missing).
+pub(crate) fn key_of<K: Resource>(o: &K) -> (&str, &str) {
     (
-        o.meta().namespace.clone().unwrap_or_default(),
-        o.meta().name.clone().unwrap_or_default(),
+        o.meta().namespace.as_deref().unwrap_or_default(),
+        o.meta().name.as_deref().unwrap_or_default(),
     )
 }
 
 /// A change to apply to the stores.
 #[derive(Debug, PartialEq)]
-pub enum Change<K> {
+pub(crate) enum Change<K> {
     Apply(K),
     Delete(K),
     /// A list ended: the objects it did not return are gone.
@@ -35,21 +37,21 @@ pub enum Change<K> {
 
 impl<K> Change<K> {
     /// Whether this ends a list (the watch is synced).
-    pub fn ends_list(&self) -> bool {
+    pub(crate) fn ends_list(&self) -> bool {
         matches!(self, Change::Listed(_))
     }
 }
 
 /// Turns watcher events into [`Change`]s, remembering the keys of a list in progress.
 #[derive(Debug, Default)]
-pub struct Lister {
+pub(crate) struct Lister {
     /// `Some` while a list is in progress: the keys it returned so far.
     listing: Option<HashSet<ObjectKey>>,
 }
 
 impl Lister {
     /// The change an event makes, if any (`Init` only starts a list).
-    pub fn step<K: Resource>(&mut self, event: Event<K>) -> Option<Change<K>> {
+    pub(crate) fn step<K: Resource>(&mut self, event: Event<K>) -> Option<Change<K>> {
         match event {
             Event::Apply(o) => Some(Change::Apply(o)),
             Event::Delete(o) => Some(Change::Delete(o)),
@@ -58,9 +60,10 @@ impl Lister {
                 None
             }
             Event::InitApply(o) => {
+                let (namespace, name) = key_of(&o);
                 self.listing
                     .get_or_insert_with(HashSet::new)
-                    .insert(key_of(&o));
+                    .insert((namespace.to_owned(), name.to_owned()));
                 Some(Change::Apply(o))
             }
             Event::InitDone => Some(Change::Listed(self.listing.take().unwrap_or_default())),
@@ -68,13 +71,13 @@ impl Lister {
     }
 
     /// A list is in progress (its objects are being applied one by one).
-    pub fn listing(&self) -> bool {
+    pub(crate) fn listing(&self) -> bool {
         self.listing.is_some()
     }
 }
 
 /// The keys of `existing` that a list did not return.
-pub fn gone(
+pub(crate) fn gone(
     existing: impl IntoIterator<Item = ObjectKey>,
     listed: &HashSet<ObjectKey>,
 ) -> Vec<ObjectKey> {

@@ -14,13 +14,13 @@ use ocm_runtime::metrics::ClosedLabel;
 use placement_core::{filter, prioritize, select};
 
 /// `plugin_type`: what the core's `Laps` says.
-pub const PLUGIN_TYPES: ClosedLabel =
+pub(crate) const PLUGIN_TYPES: ClosedLabel =
     ClosedLabel::new(&["eligible", "filter", "prioritizer", "selector", "bind"]);
 
 /// `plugin_name`: the core's steps. A prioritizer's name carries tenant input after a `/`
 /// (`AddOn/<resourceName>/<scoreName>`, `TopologyAffinity/<topologyKey>`): only the part
 /// before it is a label, so a Placement cannot make series.
-pub const PLUGIN_NAMES: ClosedLabel = ClosedLabel::new(&[
+pub(crate) const PLUGIN_NAMES: ClosedLabel = ClosedLabel::new(&[
     "ClusterSets",
     filter::predicate::NAME,
     filter::taint::NAME,
@@ -36,9 +36,9 @@ pub const PLUGIN_NAMES: ClosedLabel = ClosedLabel::new(&[
 ]);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginLabels {
-    pub plugin_type: String,
-    pub plugin_name: String,
+pub(crate) struct PluginLabels {
+    pub(crate) plugin_type: String,
+    pub(crate) plugin_name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -49,8 +49,8 @@ pub struct WriteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: String,
+pub(crate) struct KindLabels {
+    pub(crate) kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,18 +73,18 @@ pub struct QueueLabels {
 }
 
 pub struct Metrics {
-    pub scheduling_duration: Histogram,
-    pub plugin_duration: Family<PluginLabels, Histogram>,
+    pub(crate) scheduling_duration: Histogram,
+    pub(crate) plugin_duration: Family<PluginLabels, Histogram>,
     pub schedules: Family<ResultLabels, Counter>,
     /// Set by the queue on every change (see [`QueueLabels`]).
     pub queue_depth: Family<QueueLabels, Gauge>,
     pub api_writes: Family<WriteLabels, Counter>,
-    pub store_objects: Family<KindLabels, Gauge>,
-    pub watch_errors: Family<KindLabels, Counter>,
+    pub(crate) store_objects: Family<KindLabels, Gauge>,
+    pub(crate) watch_errors: Family<KindLabels, Counter>,
     /// Entries in per-key maps that must shrink when their objects go (leak detection).
     pub cache_entries: Family<CacheLabels, Gauge>,
     /// Events not published because the recorder's queue was full.
-    pub events_dropped: Counter,
+    pub(crate) events_dropped: Counter,
     /// Moves the placements' stability controls held back, counted when a hold begins.
     pub moves_held: Counter,
 }
@@ -95,7 +95,7 @@ fn seconds_histogram() -> Histogram {
 }
 
 impl Metrics {
-    pub fn new(registry: &mut Registry) -> Self {
+    pub(crate) fn new(registry: &mut Registry) -> Self {
         let m = Self {
             scheduling_duration: seconds_histogram(),
             plugin_duration: Family::new_with_constructor(seconds_histogram),
@@ -163,7 +163,12 @@ impl Metrics {
     }
 
     /// Every argument is one of the writer's constants, never a value read from an object.
-    pub fn api_write(&self, verb: &'static str, resource: &'static str, result: &'static str) {
+    pub(crate) fn api_write(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        result: &'static str,
+    ) {
         self.api_writes
             .get_or_create(&WriteLabels {
                 verb: verb.into(),
@@ -174,7 +179,7 @@ impl Metrics {
     }
 
     /// `plugin_name` as the core names it; see [`PLUGIN_NAMES`].
-    pub fn plugin(&self, plugin_type: &str, plugin_name: &str, took: Duration) {
+    pub(crate) fn plugin(&self, plugin_type: &str, plugin_name: &str, took: Duration) {
         let plugin = plugin_name.split('/').next().unwrap_or_default();
         self.plugin_duration
             .get_or_create(&PluginLabels {
@@ -185,7 +190,7 @@ impl Metrics {
     }
 
     /// `kind` is a kind we watch, never a value read from an object.
-    pub fn store(&self, kind: &'static str, n: usize) {
+    pub(crate) fn store(&self, kind: &'static str, n: usize) {
         self.store_objects
             .get_or_create(&KindLabels { kind: kind.into() })
             .set(i64::try_from(n).unwrap_or(i64::MAX));

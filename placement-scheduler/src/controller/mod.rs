@@ -5,13 +5,14 @@
 //! watches -> State (Snapshot + Placements + Index) -> affected keys -> Queue
 //! workers: Queue -> placement_core::schedule (from an Arc<Snapshot>, on the blocking pool, no lock)
 //!          -> Writer (ordered writes, events, status)
+//! sweeps (resync, Balance waves) -> the placements whose inputs changed -> Queue
 //! ```
 //!
 //! Only the leader's workers write; every replica keeps its stores warm. Each write is
 //! checked against leadership and preconditioned on the objects it was computed from (see
-//! [`writer`]); the binary exits when it loses the lease (see `main.rs`).
+//! `writer`); the binary exits when it loses the lease (see `main.rs`).
 
-pub mod events;
+mod events;
 mod listing;
 pub mod metrics;
 mod pass;
@@ -19,36 +20,31 @@ pub mod queue;
 pub mod schema;
 mod slim;
 pub mod state;
-pub mod triggers;
-pub mod writer;
+mod sweep;
+mod triggers;
+mod watch;
+mod writer;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fmt::Debug;
+use std::collections::BTreeSet;
 use std::future::Future;
-use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
-use jiff::Timestamp;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher;
-use kube::{Api, Client, Resource};
+use kube::Client;
 use ocm_api::{
     AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
     PlacementDecision,
 };
-use serde::de::DeserializeOwned;
+use tokio::task::JoinSet;
 
-use listing::{Change, Lister, gone};
+use events::Recorder;
 use metrics::Metrics;
-use pass::{now_seconds, worker};
-use placement_core::{Code, Laps};
+use pass::{BalanceTurns, now_seconds};
 use queue::Queue;
-use state::{Shared, State};
-use triggers::{Key, SlotSet};
+use state::Shared;
+use sweep::Sweeps;
+use triggers::Key;
 use writer::Writer;
 
 /// Who may write. The controller asks before every write.
@@ -98,23 +94,6 @@ impl Leader for AlwaysLeader {
         } else {
             Box::pin(std::future::ready(()))
         }
-    }
-}
-
-/// The Balance turns, by namespace.
-#[derive(Default)]
-pub(crate) struct BalanceTurns(Mutex<HashMap<Arc<str>, Arc<tokio::sync::Mutex<()>>>>);
-
-impl BalanceTurns {
-    /// The turn of `namespace` (namespaces whose turn nobody holds or waits for are forgotten
-    /// when another is added, so the map holds the busy ones).
-    pub(crate) fn of(&self, namespace: &Arc<str>) -> Arc<tokio::sync::Mutex<()>> {
-        let mut turns = lock(&self.0);
-        if let Some(t) = turns.get(namespace) {
-            return t.clone();
-        }
-        turns.retain(|_, t| Arc::strong_count(t) > 1);
-        turns.entry(namespace.clone()).or_default().clone()
     }
 }
 
@@ -168,9 +147,6 @@ pub struct Handle {
     pub sync: ocm_runtime::WatchSync,
 }
 
-/// The number of watched kinds; the controller is ready when each has listed once.
-const KINDS: usize = 6;
-
 impl Handle {
     pub fn new(registry: &mut prometheus_client::registry::Registry) -> Self {
         Self {
@@ -205,185 +181,51 @@ impl crate::debug::DebugSource for Handle {
     }
 }
 
-/// What a placement's last successful pass was computed from: a resync or a Balance wave
-/// skips the placement while these are unchanged (its pass would change nothing).
-struct Mark {
-    /// [`Ctx::inputs`] before the pass took its snapshot.
-    inputs: u64,
-    /// [`placement_fingerprint`] of the Placement the pass scheduled.
-    placement: u64,
-    /// Balance users: [`triggers::balance_input`] as the pass saw it, and over which clusters
-    /// (the ones that passed its filters).
-    balance: Option<(u64, SlotSet)>,
-}
-
-/// The parts of a Placement its schedule depends on, beyond other objects: what makes
-/// `State::apply_placement` reschedule it (the spec through `generation`).
-fn placement_fingerprint(p: &Placement) -> u64 {
-    let mut h = DefaultHasher::new();
-    (
-        &p.metadata.uid,
-        p.metadata.generation,
-        &p.metadata.annotations,
-        &p.metadata
-            .deletion_timestamp
-            .as_ref()
-            .map(|t| t.0.as_second()),
-    )
-        .hash(&mut h);
-    h.finish()
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What the controller's tasks share.
 struct Ctx {
-    /// A Balance wave is scheduled (see [`Ctx::balance_changed`]).
-    balance_wave: AtomicBool,
-    /// Counts the watch events of clusters, clustersets, bindings and scores: a placement
-    /// whose last pass saw the current count has seen every such change.
-    inputs: AtomicU64,
-    /// Each placement's last successful pass (see [`Mark`]).
-    marks: Mutex<HashMap<Key, Mark>>,
-    /// Placements queued by a Balance wave or a resync (and by no event since): the moves
-    /// their passes make do not start a Balance wave, so that waves converge.
-    quiet: Mutex<HashSet<Key>>,
-    /// One Balance turn per namespace (see `pass::process`): a tenant's long passes can make
-    /// only its own namespace's Balance users wait.
-    balance_turns: BalanceTurns,
     handle: Handle,
     queue: Queue,
     writer: Writer,
+    /// Which placements the resync and the Balance waves reschedule (see [`sweep`]).
+    sweeps: Sweeps,
+    /// One Balance turn per namespace (see `pass::process`): a tenant's long passes can make
+    /// only its own namespace's Balance users wait.
+    balance_turns: BalanceTurns,
     options: Options,
 }
 
 impl Ctx {
+    /// The context, and the event recorder its writer feeds (run it beside the workers).
+    fn new(client: Client, handle: Handle, options: Options) -> (Arc<Self>, Recorder) {
+        let (writer, recorder) =
+            Writer::new(client, handle.metrics.clone(), options.leader.clone());
+        let queue = Queue::with_pacing(options.pacing)
+            .with_fairness(fairness(&options))
+            .with_gauges(&handle.metrics.queue_depth, &handle.metrics.cache_entries);
+        let ctx = Ctx {
+            handle,
+            queue,
+            writer,
+            sweeps: Sweeps::default(),
+            balance_turns: BalanceTurns::default(),
+            options,
+        };
+        (Arc::new(ctx), recorder)
+    }
+
     fn in_scope(&self, key: &Key) -> bool {
         self.options.namespaces.is_empty() || self.options.namespaces.iter().any(|n| **n == *key.0)
     }
 
+    /// Queues an event's passes (the placements in scope).
     fn enqueue(&self, keys: BTreeSet<Key>) {
         let keys: Vec<Key> = keys.into_iter().filter(|k| self.in_scope(k)).collect();
-        if !keys.is_empty() {
-            // An event's pass is not quiet, whoever queued the key first.
-            let mut quiet = lock(&self.quiet);
-            if !quiet.is_empty() {
-                for k in &keys {
-                    quiet.remove(k);
-                }
-            }
-        }
+        self.sweeps.on_event(&keys);
         self.queue.add_all(keys.iter());
-    }
-
-    /// Queues passes that are not an event's: their moves start no Balance wave.
-    fn enqueue_quiet(&self, keys: Vec<Key>) {
-        let keys: Vec<Key> = keys.into_iter().filter(|k| self.in_scope(k)).collect();
-        lock(&self.quiet).extend(keys.iter().cloned());
-        self.queue.add_all(keys.iter());
-    }
-
-    /// Decisions moved: after the delay, reschedule the Balance users whose Balance input
-    /// changed (see [`Ctx::stale`]); changes meanwhile join the same wave.
-    fn balance_changed(self: &Arc<Self>) {
-        if self.options.balance_delay.is_zero() || self.balance_wave.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let ctx = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(ctx.options.balance_delay).await;
-            ctx.balance_wave.store(false, Ordering::SeqCst);
-            let of = ctx.clone();
-            let keys = tokio::task::spawn_blocking(move || of.stale(true))
-                .await
-                .unwrap_or_default();
-            tracing::debug!(placements = keys.len(), "Balance wave");
-            ctx.enqueue_quiet(keys);
-        });
-    }
-
-    /// The placements whose inputs changed since their last successful pass (or that have
-    /// none): only the Balance users' Balance input when `balance_only` (a Balance wave),
-    /// everything a pass reads otherwise (a resync).
-    fn stale(&self, balance_only: bool) -> Vec<Key> {
-        let inputs = self.inputs.load(Ordering::SeqCst);
-        let (candidates, snapshot) = {
-            let st = self.handle.state.read();
-            let candidates: Vec<(Key, u64, bool)> = if balance_only {
-                st.index
-                    .balance_users()
-                    .filter_map(|k| {
-                        let p = st.placements.get(k)?;
-                        Some((k.clone(), placement_fingerprint(p), true))
-                    })
-                    .collect()
-            } else {
-                st.placements
-                    .iter()
-                    .map(|(k, p)| {
-                        (
-                            k.clone(),
-                            placement_fingerprint(p),
-                            st.index.uses_balance(k),
-                        )
-                    })
-                    .collect()
-            };
-            (candidates, st.snapshot.share())
-        };
-        let marks = lock(&self.marks);
-        candidates
-            .into_iter()
-            .filter(|(key, placement, balance)| {
-                let Some(mark) = marks.get(key) else {
-                    return true;
-                };
-                if !balance_only && (mark.inputs != inputs || mark.placement != *placement) {
-                    return true;
-                }
-                match (&mark.balance, balance) {
-                    (_, false) => false,
-                    (None, true) => true,
-                    (Some((input, over)), true) => {
-                        triggers::balance_input(&snapshot, &key.0, &key.1, over) != *input
-                    }
-                }
-            })
-            .map(|(key, ..)| key)
-            .collect()
-    }
-
-    /// Remembers what a successful pass was computed from (see [`Mark`]).
-    fn mark(
-        &self,
-        key: &Key,
-        placement: &Placement,
-        snapshot: &placement_core::Snapshot,
-        outcome: &placement_core::Outcome,
-        inputs: u64,
-    ) {
-        let balance = self.handle.state.read().index.uses_balance(key).then(|| {
-            let over = triggers::slots_of(snapshot, &outcome.filtered);
-            let input = triggers::balance_input(snapshot, &key.0, &key.1, &over);
-            (input, over)
-        });
-        let mark = Mark {
-            inputs,
-            placement: placement_fingerprint(placement),
-            balance,
-        };
-        lock(&self.marks).insert(key.clone(), mark);
-    }
-
-    /// Called first by every watch's apply: the Balance flag may still hold a move of our
-    /// own writes (the writer goes through `State::apply_decision` too); those are counted
-    /// by [`process`], exactly, so the watch reports only the moves it saw itself.
-    fn watched(&self, st: &mut State, is_input: bool) {
-        st.balance_dirty = false;
-        if is_input {
-            self.inputs.fetch_add(1, Ordering::SeqCst);
-        }
     }
 
     fn enqueue_all(&self) {
@@ -397,6 +239,24 @@ impl Ctx {
             .collect();
         self.enqueue(keys);
     }
+
+    /// The placement was deleted: its pending requeue, backoff and mark go too.
+    fn forget(&self, key: &Key) {
+        self.queue.remove(key);
+        self.sweeps.forget(key);
+    }
+}
+
+/// How the workers are shared among namespaces (`Options::workers_per_namespace`).
+fn fairness(options: &Options) -> queue::Fairness {
+    let workers = options.workers.max(1);
+    match options.workers_per_namespace {
+        Some(n) => queue::Fairness {
+            workers,
+            per_namespace: n.max(1),
+        },
+        None => queue::Fairness::halves(workers),
+    }
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -408,272 +268,38 @@ pub async fn run(
 ) {
     // Before any pass: what the hub's CRDs keep decides what a pass compares.
     schema::learn_score_fields(&client, &handle).await;
-    let (writer, recorder) = Writer::new(
-        client.clone(),
-        handle.metrics.clone(),
-        options.leader.clone(),
-    );
-    let workers = options.workers.max(1);
-    let fairness = match options.workers_per_namespace {
-        Some(n) => queue::Fairness {
-            workers,
-            per_namespace: n.max(1),
-        },
-        None => queue::Fairness::halves(workers),
-    };
-    let queue = Queue::with_pacing(options.pacing)
-        .with_fairness(fairness)
-        .with_gauges(&handle.metrics.queue_depth, &handle.metrics.cache_entries);
-    let ctx = Arc::new(Ctx {
-        balance_wave: AtomicBool::new(false),
-        inputs: AtomicU64::new(0),
-        marks: Mutex::new(HashMap::new()),
-        quiet: Mutex::new(HashSet::new()),
-        balance_turns: BalanceTurns::default(),
-        handle,
-        queue,
-        writer,
-        options,
-    });
+    let (ctx, recorder) = Ctx::new(client.clone(), handle, options);
     tracing::info!(workers = ctx.options.workers, resync = ?ctx.options.resync, namespaces = ?ctx.options.namespaces, "placement controller starting");
-
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = JoinSet::new();
     // Events are published by their own task: they never hold up a decision write.
     tasks.spawn(recorder.run());
-    tasks.spawn(watch(
-        Api::<ManagedCluster>::all(client.clone()),
-        "ManagedCluster",
-        ctx.clone(),
-        watched(&ctx, true, |st, ch| match ch {
-            Change::Apply(c) => st.apply_cluster(c),
-            Change::Delete(c) => st.delete_cluster(c.metadata.name.as_deref().unwrap_or_default()),
-            Change::Listed(listed) => {
-                let existing = st
-                    .snapshot
-                    .clusters()
-                    .map(|c| (String::new(), c.name.to_string()));
-                let gone = gone(existing, &listed);
-                gone.iter()
-                    .flat_map(|(_, n)| st.delete_cluster(n))
-                    .collect()
-            }
-        }),
-    ));
-    tasks.spawn(watch(
-        Api::<ManagedClusterSet>::all(client.clone()),
-        "ManagedClusterSet",
-        ctx.clone(),
-        watched(&ctx, true, |st, ch| match ch {
-            Change::Apply(s) => st.apply_set(s),
-            Change::Delete(s) => st.delete_set(s.metadata.name.as_deref().unwrap_or_default()),
-            Change::Listed(listed) => {
-                let existing = st
-                    .snapshot
-                    .set_names()
-                    .into_iter()
-                    .map(|n| (String::new(), n));
-                let gone = gone(existing, &listed);
-                gone.iter().flat_map(|(_, n)| st.delete_set(n)).collect()
-            }
-        }),
-    ));
-    tasks.spawn(watch(
-        Api::<ManagedClusterSetBinding>::all(client.clone()),
-        "ManagedClusterSetBinding",
-        ctx.clone(),
-        watched(&ctx, true, |st, ch| match ch {
-            Change::Apply(b) => st.apply_binding(&b),
-            Change::Delete(b) => st.delete_binding(
-                b.metadata.namespace.as_deref().unwrap_or_default(),
-                b.metadata.name.as_deref().unwrap_or_default(),
-            ),
-            Change::Listed(listed) => {
-                let gone = gone(st.snapshot.binding_keys(), &listed);
-                gone.iter()
-                    .flat_map(|(ns, n)| st.delete_binding(ns, n))
-                    .collect()
-            }
-        }),
-    ));
-    tasks.spawn(watch(
-        Api::<AddOnPlacementScore>::all(client.clone()),
-        "AddOnPlacementScore",
-        ctx.clone(),
-        watched(&ctx, true, |st, ch| match ch {
-            Change::Apply(s) => st.apply_score(s),
-            Change::Delete(s) => {
-                let (ns, n) = ns_name(&s);
-                st.delete_score(&ns, &n)
-            }
-            Change::Listed(listed) => {
-                let gone = gone(st.snapshot.score_keys(), &listed);
-                gone.iter()
-                    .flat_map(|(ns, n)| st.delete_score(ns, n))
-                    .collect()
-            }
-        }),
-    ));
-    tasks.spawn(watch(
-        Api::<PlacementDecision>::all(client.clone()),
-        "PlacementDecision",
-        ctx.clone(),
-        watched(&ctx, false, |st, ch| match ch {
-            Change::Apply(d) => st.apply_decision(d),
-            Change::Delete(d) => {
-                let (ns, n) = ns_name(&d);
-                st.delete_decision(&ns, &n)
-            }
-            Change::Listed(listed) => {
-                let gone = gone(st.snapshot.decision_keys(), &listed);
-                gone.iter()
-                    .flat_map(|(ns, n)| st.delete_decision(ns, n))
-                    .collect()
-            }
-        }),
-    ));
-    let queue_of = ctx.clone();
-    tasks.spawn(watch(
-        Api::<Placement>::all(client.clone()),
-        "Placement",
-        ctx.clone(),
-        watched(&ctx, false, move |st, ch| match ch {
-            Change::Apply(p) => st.apply_placement(p),
-            Change::Delete(p) => {
-                let key = triggers::key_of(&p);
-                queue_of.queue.remove(&key);
-                lock(&queue_of.marks).remove(&key);
-                st.delete_placement(&key)
-            }
-            Change::Listed(listed) => {
-                let stored = st
-                    .placements
-                    .keys()
-                    .map(|(ns, name)| (ns.to_string(), name.to_string()));
-                for (ns, name) in gone(stored, &listed) {
-                    let k = triggers::key(&ns, &name);
-                    queue_of.queue.remove(&k);
-                    lock(&queue_of.marks).remove(&k);
-                    st.delete_placement(&k);
-                }
-                BTreeSet::new()
-            }
-        }),
-    ));
-    for _ in 0..ctx.options.workers.max(1) {
-        tasks.spawn(worker(ctx.clone()));
-    }
-    tasks.spawn(resync(ctx.clone()));
-    tasks.spawn(leadership(ctx.clone()));
-
+    spawn_watches(&mut tasks, &client, &ctx);
+    spawn_workers(&mut tasks, &ctx);
     shutdown.await;
     tracing::info!("placement controller stopping");
     tasks.shutdown().await;
 }
 
-/// A watch's `apply` behind [`Ctx::watched`].
-fn watched<K>(
-    ctx: &Arc<Ctx>,
-    is_input: bool,
-    apply: impl Fn(&mut State, Change<K>) -> BTreeSet<Key> + Send + 'static,
-) -> impl Fn(&mut State, Change<K>) -> BTreeSet<Key> + Send + 'static {
-    let ctx = ctx.clone();
-    move |st, ch| {
-        ctx.watched(st, is_input);
-        apply(st, ch)
-    }
+/// The number of watched kinds; the controller is ready when each has listed once.
+const KINDS: usize = 6;
+
+/// One watch per kind the stores keep ([`KINDS`] of them).
+fn spawn_watches(tasks: &mut JoinSet<()>, client: &Client, ctx: &Arc<Ctx>) {
+    watch::spawn::<ManagedCluster>(tasks, client, ctx);
+    watch::spawn::<ManagedClusterSet>(tasks, client, ctx);
+    watch::spawn::<ManagedClusterSetBinding>(tasks, client, ctx);
+    watch::spawn::<AddOnPlacementScore>(tasks, client, ctx);
+    watch::spawn::<PlacementDecision>(tasks, client, ctx);
+    watch::spawn::<Placement>(tasks, client, ctx);
 }
 
-fn ns_name<K: Resource>(o: &K) -> (String, String) {
-    (
-        o.meta().namespace.clone().unwrap_or_default(),
-        o.meta().name.clone().unwrap_or_default(),
-    )
-}
-
-/// Runs one watch into the state. The initial list and every relist are applied object by
-/// object as they arrive (see [`listing`]); the objects a list did not return are deleted
-/// when it ends.
-async fn watch<K, F>(api: Api<K>, kind: &'static str, ctx: Arc<Ctx>, apply: F)
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-    F: Fn(&mut State, Change<K>) -> BTreeSet<Key> + Send + 'static,
-{
-    ctx.handle.sync.started(kind, api.resource_url());
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .backoff(ocm_runtime::watch::backoff())
-        .boxed();
-    let mut lister = Lister::default();
-    let mut synced = false;
-    while let Some(event) = stream.next().await {
-        let change = match event {
-            Ok(event) => match lister.step(event) {
-                Some(change) => change,
-                None => continue,
-            },
-            Err(e) => {
-                // The watcher retries with backoff; say so once per error.
-                tracing::warn!(kind, error = %e, "watch failed; retrying");
-                ctx.handle.sync.failed(kind, &e);
-                ctx.handle
-                    .metrics
-                    .watch_errors
-                    .get_or_create(&metrics::KindLabels { kind: kind.into() })
-                    .inc();
-                continue;
-            }
-        };
-        let relist = change.ends_list();
-        let (affected, balance) = {
-            let mut st = ctx.handle.state.write();
-            let out = apply(&mut st, change);
-            let balance = std::mem::take(&mut st.balance_dirty);
-            // Counted once a list ends, not at each of its objects.
-            if !lister.listing() {
-                for (k, n) in st.snapshot.counts() {
-                    ctx.handle.metrics.store(k, n);
-                }
-                ctx.handle.metrics.store("Placement", st.placements.len());
-            }
-            (out, balance)
-        };
-        ctx.enqueue(affected);
-        if balance {
-            ctx.balance_changed();
-        }
-        if relist {
-            if !synced {
-                synced = true;
-                ctx.handle.sync.synced(kind);
-                tracing::info!(kind, "watch synced");
-            }
-            // A relist may have missed deletions and updates alike: reschedule everything.
-            ctx.enqueue_all();
-        }
+/// The workers, the resync and the leadership watch.
+fn spawn_workers(tasks: &mut JoinSet<()>, ctx: &Arc<Ctx>) {
+    for _ in 0..ctx.options.workers.max(1) {
+        tasks.spawn(pass::worker(ctx.clone()));
     }
-}
-
-/// The safety net: about every `Options::resync` (±10%, so that replicas and restarts do
-/// not line up), the placements whose inputs changed since their last pass without an
-/// event queuing them (see [`Ctx::stale`]). At rest, nothing.
-async fn resync(ctx: Arc<Ctx>) {
-    if ctx.options.resync.is_zero() {
-        return;
-    }
-    loop {
-        tokio::time::sleep(jittered(ctx.options.resync)).await;
-        let of = ctx.clone();
-        let keys = tokio::task::spawn_blocking(move || of.stale(false))
-            .await
-            .unwrap_or_default();
-        tracing::debug!(placements = keys.len(), "resync");
-        ctx.enqueue_quiet(keys);
-    }
-}
-
-/// `period` times a random factor in [0.9, 1.1).
-fn jittered(period: Duration) -> Duration {
-    let r = std::hash::RandomState::new().build_hasher().finish();
-    period.mul_f64(0.9 + 0.2 * (r >> 11) as f64 / (1u64 << 53) as f64)
+    tasks.spawn(sweep::resync(ctx.clone()));
+    tasks.spawn(leadership(ctx.clone()));
 }
 
 /// On becoming the leader, reschedule everything: a standby's queue knows nothing. Waits for

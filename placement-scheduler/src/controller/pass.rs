@@ -2,7 +2,20 @@
 //! current snapshot (timing its steps), hands the outcome to the writer and the event
 //! recorder, and queues what the pass asks for (requeue times, moved placements).
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use ocm_api::Placement;
+use placement_core::{Code, Laps, Outcome, Snapshot};
+use tokio::sync::OwnedMutexGuard;
+
+use super::metrics::{self, Metrics};
+use super::sweep::{self, PassStart};
+use super::triggers::Key;
+use super::writer::{self, Versions, WriteError};
+use super::{Ctx, lock};
 
 /// The longest a Balance user's pass waits for the previous one's writes (see `process`).
 const BALANCE_TURN_WAIT: Duration = Duration::from_secs(1);
@@ -51,6 +64,23 @@ impl Laps for Stopwatch<'_> {
     }
 }
 
+/// The Balance turns, by namespace.
+#[derive(Default)]
+pub(super) struct BalanceTurns(Mutex<HashMap<Arc<str>, Arc<tokio::sync::Mutex<()>>>>);
+
+impl BalanceTurns {
+    /// The turn of `namespace` (namespaces whose turn nobody holds or waits for are forgotten
+    /// when another is added, so the map holds the busy ones).
+    pub(super) fn of(&self, namespace: &Arc<str>) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = lock(&self.0);
+        if let Some(t) = turns.get(namespace) {
+            return t.clone();
+        }
+        turns.retain(|_, t| Arc::strong_count(t) > 1);
+        turns.entry(namespace.clone()).or_default().clone()
+    }
+}
+
 /// The time as the API stores it (whole seconds), so that a status computed now compares
 /// equal to the same status read back.
 pub(super) fn now_seconds() -> Timestamp {
@@ -80,27 +110,63 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         );
         return;
     }
-    // Balance scores a cluster by the other placements' decisions. Passes that run at once
-    // read them from the same snapshot: placements woken by one event (a score every one of
-    // them reads) all see the same counts, move together onto the same least-used clusters
-    // and back at the next event. Upstream runs one worker, so each pass sees the decisions
-    // of the passes before it. Here too: a Balance user's pass waits its turn and takes its
-    // snapshot after the previous one's decisions were written through; the others stay
-    // parallel. The wait is bounded: a pass that holds the turn for long (an expensive
-    // celSelector) must not stall every other Balance user, so after BALANCE_TURN_WAIT a pass
-    // goes ahead without it. The turn is per namespace: a tenant's long passes delay only its
-    // own namespace's Balance users, never another tenant's.
-    let balance_turn = if ctx.handle.state.read().index.uses_balance(key) {
+    let balance_turn = balance_turn(ctx, key).await;
+    let start = ctx.sweeps.on_pass_start(key);
+    let now = now_seconds();
+    let Some((placement, snapshot)) = take(ctx, key) else {
+        return;
+    };
+    let Some((outcome, versions)) = schedule(ctx, key, &placement, &snapshot, now).await else {
+        return;
+    };
+    let written = ctx
+        .writer
+        .apply(&ctx.handle.state, &placement, &outcome, versions)
+        .await;
+    // The decisions are written through: the next Balance user's snapshot holds them.
+    drop(balance_turn);
+    // This pass's own move is what the outcome changed from its snapshot (other Balance
+    // users' input); a sweep's pass starts no wave.
+    if !start.quiet && moves(&snapshot, key, &outcome) {
+        sweep::balance_changed(ctx);
+    }
+    let pass = Pass {
+        ctx,
+        key,
+        placement: &placement,
+        snapshot: &snapshot,
+        outcome: &outcome,
+        start: &start,
+        now,
+    };
+    match written {
+        Ok(again) => pass.written(again),
+        Err(e) => pass.not_written(e),
+    }
+}
+
+/// Balance scores a cluster by the other placements' decisions. Passes that run at once read
+/// them from the same snapshot: placements woken by one event (a score every one of them
+/// reads) all see the same counts, move together onto the same least-used clusters and back
+/// at the next event. Upstream runs one worker, so each pass sees the decisions of the passes
+/// before it. Here too: a Balance user's pass waits its turn and takes its snapshot after the
+/// previous one's decisions were written through; the others stay parallel. The wait is
+/// bounded: a pass that holds the turn for long (an expensive celSelector) must not stall
+/// every other Balance user, so after BALANCE_TURN_WAIT a pass goes ahead without it. The
+/// turn is per namespace: a tenant's long passes delay only its own namespace's Balance
+/// users, never another tenant's.
+async fn balance_turn(ctx: &Ctx, key: &Key) -> Option<OwnedMutexGuard<()>> {
+    if ctx.handle.state.read().index.uses_balance(key) {
         tokio::time::timeout(BALANCE_TURN_WAIT, ctx.balance_turns.of(&key.0).lock_owned())
             .await
             .ok()
     } else {
         None
-    };
-    let quiet = lock(&ctx.quiet).remove(key);
-    // Read before the snapshot: a change after this makes the mark older than the store.
-    let inputs = ctx.inputs.load(Ordering::SeqCst);
-    let now = now_seconds();
+    }
+}
+
+/// The placement and the snapshot to schedule it from; `None`: nothing to schedule.
+fn take(ctx: &Ctx, key: &Key) -> Option<(Arc<Placement>, Arc<Snapshot>)> {
     let taken = {
         let st = ctx.handle.state.read();
         st.placements
@@ -111,11 +177,24 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     let Some((placement, snapshot)) = taken else {
         // Deleted while its requeue or backoff was pending.
         ctx.queue.remove(key);
-        return;
+        return None;
     };
     if placement.metadata.deletion_timestamp.is_some() || placement_core::is_disabled(&placement) {
-        return;
+        return None;
     }
+    Some((placement, snapshot))
+}
+
+/// Runs the pass ([`schedule_pass`]); `None` when there is nothing to write: the core
+/// panicked or failed for a transient reason (the decisions and status stay), and the
+/// placement is retried with backoff.
+async fn schedule(
+    ctx: &Ctx,
+    key: &Key,
+    placement: &Arc<Placement>,
+    snapshot: &Arc<Snapshot>,
+    now: Timestamp,
+) -> Option<(Outcome, Versions)> {
     let scheduled = schedule_pass(
         ctx.handle.metrics.clone(),
         snapshot.clone(),
@@ -128,11 +207,10 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
             // A panic in the core: this placement only, retried with backoff.
             tracing::error!(namespace = &*key.0, name = &*key.1, error = %e, "scheduling failed");
             ctx.queue.add_rate_limited(key.clone());
-            return;
+            return None;
         }
     };
     if outcome.status.code == Code::Transient {
-        // Nothing to write (the decisions and status stay); try again with backoff.
         tracing::warn!(
             namespace = &*key.0,
             name = &*key.1,
@@ -140,90 +218,111 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
             message = outcome.status.message,
             "scheduling failed for a transient reason; decisions kept, retrying with backoff"
         );
-        ctx.handle
-            .metrics
-            .schedules
-            .get_or_create(&metrics::ResultLabels {
-                result: "transient".into(),
-            })
-            .inc();
+        count(ctx, "transient");
         ctx.queue.add_rate_limited(key.clone());
-        return;
+        return None;
     }
-    let result = match outcome.status.code {
+    Some((outcome, versions))
+}
+
+/// Counts a pass by its result.
+fn count(ctx: &Ctx, result: &str) {
+    ctx.handle
+        .metrics
+        .schedules
+        .get_or_create(&metrics::ResultLabels {
+            result: result.into(),
+        })
+        .inc();
+}
+
+/// A pass whose outcome was handed to the writer: what follows the write.
+struct Pass<'a> {
+    ctx: &'a Ctx,
+    key: &'a Key,
+    placement: &'a Placement,
+    snapshot: &'a Snapshot,
+    outcome: &'a Outcome,
+    start: &'a PassStart,
+    now: Timestamp,
+}
+
+impl Pass<'_> {
+    /// Everything was written: remember the pass, say what changed, and queue what it asks
+    /// for.
+    fn written(&self, again: BTreeSet<Key>) {
+        let Pass {
+            ctx,
+            key,
+            placement,
+            snapshot,
+            outcome,
+            start,
+            ..
+        } = *self;
+        let state = &ctx.handle.state;
+        ctx.sweeps
+            .on_pass(key, start, state, placement, snapshot, outcome);
+        warn_capped_validity(ctx, key, placement, outcome);
+        say_held(ctx, key, placement, outcome);
+        if let Some(e) = placement_core::plan::limit_event(placement.status.as_ref(), outcome) {
+            ctx.writer.emit(placement, &[e]);
+        }
+        ctx.enqueue(again);
+        ctx.queue.forget(key);
+        count(ctx, result(outcome.status.code));
+        if outcome.status.code != Code::Success {
+            tracing::info!(namespace = &*key.0, name = &*key.1, code = ?outcome.status.code, plugin = outcome.status.plugin, message = outcome.status.message, "scheduled with a problem");
+        }
+        self.requeue();
+    }
+
+    /// The placement again when the outcome asks (a toleration or a score's validity ends).
+    fn requeue(&self) {
+        let Some(at) = self.outcome.requeue_at else {
+            return;
+        };
+        let wait = at.duration_since(self.now);
+        let wait = Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(100);
+        if self.start.quiet {
+            // Still the sweep's pass (see `Sweeps::stay_quiet`).
+            self.ctx.sweeps.stay_quiet(self.key);
+        }
+        self.ctx
+            .queue
+            .add_at(self.key.clone(), tokio::time::Instant::now() + wait);
+    }
+
+    /// A write failed: retried with backoff, unless this replica stopped leading.
+    fn not_written(&self, e: WriteError) {
+        let key = self.key;
+        match e {
+            WriteError::NotLeader(what) => {
+                // The new leader schedules everything when it takes over.
+                tracing::info!(
+                    namespace = &*key.0,
+                    name = &*key.1,
+                    what,
+                    "not the leader any more; writes stopped"
+                );
+            }
+            e => {
+                count(self.ctx, "write_error");
+                tracing::warn!(namespace = &*key.0, name = &*key.1, error = %e, "writing the decisions failed; retrying with backoff");
+                self.ctx.queue.add_rate_limited(key.clone());
+            }
+        }
+    }
+}
+
+/// The `result` label of a written pass.
+fn result(code: Code) -> &'static str {
+    match code {
         Code::Success => "success",
         Code::Warning => "warning",
         Code::Error | Code::Transient => "error",
         Code::Misconfigured => "misconfigured",
         Code::Exceeded(_) => "limit_exceeded",
-    };
-    let written = ctx
-        .writer
-        .apply(&ctx.handle.state, &placement, &outcome, versions)
-        .await;
-    // The decisions are written through: the next Balance user's snapshot holds them.
-    drop(balance_turn);
-    // Decisions written through the cache may have moved other placements' Balance. The flag
-    // the writer left is not ours to read (another worker's writes may have set it): this
-    // pass's own move is what the outcome changed.
-    ctx.handle.state.write().balance_dirty = false;
-    if !quiet && moves(&snapshot, key, &outcome) {
-        ctx.balance_changed();
-    }
-    match written {
-        Ok(again) => {
-            ctx.mark(key, &placement, &snapshot, &outcome, inputs);
-            warn_capped_validity(ctx, key, &placement, &outcome);
-            say_held(ctx, key, &placement, &outcome);
-            if let Some(e) = placement_core::plan::limit_event(placement.status.as_ref(), &outcome)
-            {
-                ctx.writer.emit(&placement, &[e]);
-            }
-            ctx.enqueue(again);
-            ctx.queue.forget(key);
-            ctx.handle
-                .metrics
-                .schedules
-                .get_or_create(&metrics::ResultLabels {
-                    result: result.into(),
-                })
-                .inc();
-            if outcome.status.code != Code::Success {
-                tracing::info!(namespace = &*key.0, name = &*key.1, code = ?outcome.status.code, plugin = outcome.status.plugin, message = outcome.status.message, "scheduled with a problem");
-            }
-            if let Some(at) = outcome.requeue_at {
-                let wait = at.duration_since(now);
-                let wait =
-                    Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(100);
-                if quiet {
-                    // A score held back by `scoreRateLimit` in a wave's pass, written when the
-                    // window ends, is still the wave's: its move must not start another wave.
-                    lock(&ctx.quiet).insert(key.clone());
-                }
-                ctx.queue
-                    .add_at(key.clone(), tokio::time::Instant::now() + wait);
-            }
-        }
-        Err(writer::WriteError::NotLeader(what)) => {
-            // The new leader schedules everything when it takes over.
-            tracing::info!(
-                namespace = &*key.0,
-                name = &*key.1,
-                what,
-                "not the leader any more; writes stopped"
-            );
-        }
-        Err(e) => {
-            ctx.handle
-                .metrics
-                .schedules
-                .get_or_create(&metrics::ResultLabels {
-                    result: "write_error".into(),
-                })
-                .inc();
-            tracing::warn!(namespace = &*key.0, name = &*key.1, error = %e, "writing the decisions failed; retrying with backoff");
-            ctx.queue.add_rate_limited(key.clone());
-        }
     }
 }
 

@@ -18,7 +18,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// CRD's schema a few seconds after it is created), the fields are assumed
 /// ([`ScoreFields::Stored`], what this version's CRDs have): the first read is awaited, later
 /// ones run in the background, every [`RETRY`] for at most [`RETRIES`] times.
-pub async fn learn_score_fields(client: &Client, handle: &super::Handle) {
+pub(crate) async fn learn_score_fields(client: &Client, handle: &super::Handle) {
     match read(client).await {
         Ok(fields) => set(handle, fields),
         Err(first) => {

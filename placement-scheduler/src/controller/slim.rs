@@ -21,7 +21,7 @@ fn strip(meta: &mut ObjectMeta) {
 
 /// A Placement without `managedFields`: the core reads its spec, the writer its status,
 /// `resourceVersion`, `uid` and name; the disable annotation and deletion are read too.
-pub fn placement(mut p: Placement) -> Placement {
+pub(crate) fn placement(mut p: Placement) -> Placement {
     strip(&mut p.metadata);
     p
 }
@@ -29,7 +29,7 @@ pub fn placement(mut p: Placement) -> Placement {
 /// A PlacementDecision as the snapshot keeps it: namespace, name, labels (the placement and
 /// group labels), our stability state annotation, `resourceVersion` and `uid` (the writer's
 /// preconditions) and the status.
-pub fn decision(mut d: PlacementDecision) -> PlacementDecision {
+pub(crate) fn decision(mut d: PlacementDecision) -> PlacementDecision {
     let m = std::mem::take(&mut d.metadata);
     let annotations = m.annotations.and_then(|mut a| {
         let state = a.remove(placement_core::stability::STATE_ANNOTATION)?;
@@ -61,7 +61,7 @@ pub fn decision(mut d: PlacementDecision) -> PlacementDecision {
 /// An AddOnPlacementScore whose `managedFields` are reduced to the one time the core reads:
 /// when the hub last accepted a write of its status ([`written_at`], where the validity
 /// bound counts from).
-pub fn score(mut s: AddOnPlacementScore) -> AddOnPlacementScore {
+pub(crate) fn score(mut s: AddOnPlacementScore) -> AddOnPlacementScore {
     let written = written_at(&s.metadata);
     s.metadata.managed_fields = written.map(|t| {
         vec![ManagedFieldsEntry {
@@ -74,7 +74,7 @@ pub fn score(mut s: AddOnPlacementScore) -> AddOnPlacementScore {
 }
 
 /// A ManagedClusterSet without `managedFields`.
-pub fn set(mut s: ManagedClusterSet) -> ManagedClusterSet {
+pub(crate) fn set(mut s: ManagedClusterSet) -> ManagedClusterSet {
     strip(&mut s.metadata);
     s
 }

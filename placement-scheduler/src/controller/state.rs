@@ -15,8 +15,9 @@ use ocm_api::{
     PlacementDecision,
 };
 
+use super::listing::key_of;
 use super::slim;
-use super::triggers::{self, Index, Key, key_of};
+use super::triggers::{self, Index, Key};
 use placement_core::prioritize::addon::renewal_changes_nothing;
 use placement_core::snapshot::decision_entries;
 use placement_core::{CappedScore, HeldMove, Snapshot};
@@ -29,7 +30,7 @@ pub struct CowSnapshot(Arc<Snapshot>);
 
 impl CowSnapshot {
     /// The current snapshot, to schedule from after the lock is released.
-    pub fn share(&self) -> Arc<Snapshot> {
+    pub(crate) fn share(&self) -> Arc<Snapshot> {
         self.0.clone()
     }
 }
@@ -61,13 +62,8 @@ impl Default for Started {
 #[derive(Default)]
 pub struct State {
     pub snapshot: CowSnapshot,
-    pub placements: BTreeMap<Key, Arc<Placement>>,
-    pub index: Index,
-    /// Some placement's decisions moved, so the placements using Balance have new input:
-    /// they are rescheduled later, all at once (see `Options::balance_delay`). A flag, not a
-    /// set of keys: with 10,000 Balance users, copying them on every decision event was the
-    /// controller's main cost.
-    pub balance_dirty: bool,
+    pub(crate) placements: BTreeMap<Key, Arc<Placement>>,
+    pub(crate) index: Index,
     /// A fingerprint of the scores the validity bound ended that each placement was last
     /// warned about (`ScoreValidityCapped`): the event goes out when that set changes, not at
     /// every pass.
@@ -89,14 +85,47 @@ pub struct State {
 
 /// What one of our PlacementDecision writes leaves on the object, as its watch event shows it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct OwnWrite {
+pub(crate) struct OwnWrite {
     /// Labels it sets (the object may carry others).
-    pub labels: Option<BTreeMap<String, String>>,
+    pub(crate) labels: Option<BTreeMap<String, String>>,
     /// The decision lists the object may show meanwhile (a create shows none, then its
     /// status); empty: any.
-    pub entries: Vec<Vec<ocm_api::ClusterDecision>>,
+    pub(crate) entries: Vec<Vec<ocm_api::ClusterDecision>>,
     /// It deletes the object.
-    pub delete: bool,
+    pub(crate) delete: bool,
+}
+
+/// What a change to the stores moved, for its caller to act on.
+#[derive(Debug, Default, PartialEq, Eq)]
+#[must_use = "the placements to schedule again, and whether a Balance wave is due"]
+pub(crate) struct Changed {
+    /// The placements to schedule again.
+    pub(crate) requeue: BTreeSet<Key>,
+    /// Some placement's decisions moved, so the placements using Balance have new input:
+    /// they are rescheduled later, all at once (see `Options::balance_delay`). A flag, not
+    /// their keys: with 10,000 Balance users, copying them on every decision event was the
+    /// controller's main cost.
+    pub(crate) balance: bool,
+    /// Placements deleted from the store: the queue and the sweeps forget them too.
+    pub(crate) deleted: Vec<Key>,
+}
+
+impl Changed {
+    /// Only placements to schedule again.
+    pub(crate) fn requeue(requeue: BTreeSet<Key>) -> Self {
+        Self {
+            requeue,
+            ..Self::default()
+        }
+    }
+
+    /// Both changes (a list that ends deletes several objects).
+    pub(crate) fn and(mut self, other: Changed) -> Self {
+        self.requeue.extend(other.requeue);
+        self.balance |= other.balance;
+        self.deleted.extend(other.deleted);
+        self
+    }
 }
 
 impl OwnWrite {
@@ -148,7 +177,7 @@ fn is_older(incoming: Option<&String>, cached: Option<&String>) -> bool {
 
 impl State {
     /// The placements an object of each kind can affect, computed before and after a change.
-    pub fn affected_by_cluster(&self, cluster: &ManagedCluster) -> BTreeSet<Key> {
+    pub(crate) fn affected_by_cluster(&self, cluster: &ManagedCluster) -> BTreeSet<Key> {
         let mut out = BTreeSet::new();
         for set in self.snapshot.sets_containing(cluster) {
             for ns in self.snapshot.namespaces_binding(set) {
@@ -158,7 +187,7 @@ impl State {
         out
     }
 
-    pub fn affected_by_set(&self, set: &str) -> BTreeSet<Key> {
+    pub(crate) fn affected_by_set(&self, set: &str) -> BTreeSet<Key> {
         let mut out = BTreeSet::new();
         for ns in self.snapshot.namespaces_binding(set) {
             out.extend(self.index.using_set(ns, set).cloned());
@@ -167,7 +196,7 @@ impl State {
     }
 
     /// Applies a ManagedCluster; returns the placements to reschedule.
-    pub fn apply_cluster(&mut self, c: ManagedCluster) -> BTreeSet<Key> {
+    pub(crate) fn apply_cluster(&mut self, c: ManagedCluster) -> BTreeSet<Key> {
         let name = c.metadata.name.clone().unwrap_or_default();
         let old = self.snapshot.cluster(&name).map(|i| i.object.clone());
         if let Some(old) = &old
@@ -185,7 +214,7 @@ impl State {
         out
     }
 
-    pub fn delete_cluster(&mut self, name: &str) -> BTreeSet<Key> {
+    pub(crate) fn delete_cluster(&mut self, name: &str) -> BTreeSet<Key> {
         let out = self
             .snapshot
             .cluster(name)
@@ -195,7 +224,7 @@ impl State {
         out
     }
 
-    pub fn apply_set(&mut self, s: ManagedClusterSet) -> BTreeSet<Key> {
+    pub(crate) fn apply_set(&mut self, s: ManagedClusterSet) -> BTreeSet<Key> {
         let s = slim::set(s);
         let name = s.metadata.name.clone().unwrap_or_default();
         if self
@@ -209,13 +238,13 @@ impl State {
         self.affected_by_set(&name)
     }
 
-    pub fn delete_set(&mut self, name: &str) -> BTreeSet<Key> {
+    pub(crate) fn delete_set(&mut self, name: &str) -> BTreeSet<Key> {
         let out = self.affected_by_set(name);
         self.snapshot.remove_set(name);
         out
     }
 
-    pub fn apply_binding(&mut self, b: &ManagedClusterSetBinding) -> BTreeSet<Key> {
+    pub(crate) fn apply_binding(&mut self, b: &ManagedClusterSetBinding) -> BTreeSet<Key> {
         let ns = b.metadata.namespace.clone().unwrap_or_default();
         let name = b.metadata.name.clone().unwrap_or_default();
         if self.snapshot.bindings(&ns).any(|n| n == name) {
@@ -225,14 +254,14 @@ impl State {
         self.index.using_set(&ns, &name).cloned().collect()
     }
 
-    pub fn delete_binding(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
+    pub(crate) fn delete_binding(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
         self.snapshot.remove_binding(ns, name);
         self.index.using_set(ns, name).cloned().collect()
     }
 
     /// Applies an AddOnPlacementScore. A renewal that changes no item and counts no shorter
     /// (an agent's refresh) schedules nothing: see [`renewal_changes_nothing`].
-    pub fn apply_score(&mut self, s: AddOnPlacementScore) -> BTreeSet<Key> {
+    pub(crate) fn apply_score(&mut self, s: AddOnPlacementScore) -> BTreeSet<Key> {
         let s = slim::score(s);
         let ns = s.metadata.namespace.clone().unwrap_or_default();
         let name = s.metadata.name.clone().unwrap_or_default();
@@ -253,25 +282,25 @@ impl State {
         self.index.for_score(&name).cloned().collect()
     }
 
-    pub fn delete_score(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
+    pub(crate) fn delete_score(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
         self.snapshot.remove_score(ns, name);
         self.index.for_score(name).cloned().collect()
     }
 
-    /// Applies a PlacementDecision. Its own placement is rescheduled (a user edit is
-    /// overwritten); when the clusters it holds changed, the placements using Balance are
-    /// marked for a later, coalesced reschedule (`balance_dirty`).
     /// Our write of `ns/name` is in flight (see `own_writes`), until [`State::own_write_done`].
-    pub fn own_write(&mut self, ns: &str, name: &str, write: OwnWrite) {
+    pub(crate) fn own_write(&mut self, ns: &str, name: &str, write: OwnWrite) {
         self.own_writes
             .insert((ns.to_owned(), name.to_owned()), write);
     }
 
-    pub fn own_write_done(&mut self, ns: &str, name: &str) {
+    pub(crate) fn own_write_done(&mut self, ns: &str, name: &str) {
         self.own_writes.remove(&(ns.to_owned(), name.to_owned()));
     }
 
-    pub fn apply_decision(&mut self, d: PlacementDecision) -> BTreeSet<Key> {
+    /// Applies a PlacementDecision. Its own placement is rescheduled (a user edit is
+    /// overwritten), unless this is the echo of our own write; when the clusters it holds
+    /// changed, a Balance wave is due ([`Changed::balance`]).
+    pub(crate) fn apply_decision(&mut self, d: PlacementDecision) -> Changed {
         let d = slim::decision(d);
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let name = d.metadata.name.clone().unwrap_or_default();
@@ -288,7 +317,7 @@ impl State {
                 && old.metadata.annotations == d.metadata.annotations
                 && old.status == d.status))
         {
-            return BTreeSet::new();
+            return Changed::default();
         }
         let members = |d: &PlacementDecision| {
             decision_entries(d)
@@ -296,39 +325,43 @@ impl State {
                 .collect::<BTreeSet<_>>()
         };
         let moved = old.as_ref().is_none_or(|o| members(o) != members(&d));
-        let mut out = BTreeSet::new();
+        let mut requeue = BTreeSet::new();
         for x in old.iter().map(|o| &**o).chain(std::iter::once(&d)) {
             if let Some(p) = placement_label(x) {
-                out.insert(self.key(&ns, p));
+                requeue.insert(self.key(&ns, p));
             }
         }
-        if moved {
-            self.balance_dirty = true;
-        }
         self.snapshot.upsert_decision(Arc::new(d));
-        if echo { BTreeSet::new() } else { out }
+        if echo {
+            requeue.clear();
+        }
+        Changed {
+            requeue,
+            balance: moved,
+            deleted: Vec::new(),
+        }
     }
 
-    pub fn delete_decision(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
-        let mut out = BTreeSet::new();
+    /// Deletes a PlacementDecision: as [`State::apply_decision`], a Balance wave is due when
+    /// it held clusters.
+    pub(crate) fn delete_decision(&mut self, ns: &str, name: &str) -> Changed {
+        let mut out = Changed::default();
         let echo = self
             .own_writes
             .get(&(ns.to_owned(), name.to_owned()))
             .is_some_and(|w| w.delete);
         if let Some(old) = self.snapshot.decision(ns, name) {
             if let Some(p) = placement_label(&old).filter(|_| !echo) {
-                out.insert(self.key(ns, p));
+                out.requeue.insert(self.key(ns, p));
             }
-            if decision_entries(&old).next().is_some() {
-                self.balance_dirty = true;
-            }
+            out.balance = decision_entries(&old).next().is_some();
         }
         self.snapshot.remove_decision(ns, name);
         out
     }
 
     /// The key of `namespace/name`, shared with the store's when it holds the placement.
-    pub fn key(&self, namespace: &str, name: &str) -> Key {
+    pub(crate) fn key(&self, namespace: &str, name: &str) -> Key {
         self.shared(triggers::key(namespace, name))
     }
 
@@ -340,9 +373,10 @@ impl State {
             .map_or(k, |(stored, _)| stored.clone())
     }
 
-    pub fn apply_placement(&mut self, p: Placement) -> BTreeSet<Key> {
+    pub(crate) fn apply_placement(&mut self, p: Placement) -> BTreeSet<Key> {
         let p = slim::placement(p);
-        let key = self.shared(key_of(&p));
+        let (ns, name) = key_of(&p);
+        let key = self.key(ns, name);
         if let Some(old) = self.placements.get(&key) {
             if is_older(
                 p.metadata.resource_version.as_ref(),
@@ -371,7 +405,7 @@ impl State {
     /// A placement's first list in this process is news only when the bound ended one of its
     /// scores after the process started: a restarted scheduler (or a new leader) does not
     /// repeat what the one before it said, so a hub at rest sees no write from a restart.
-    pub fn capped_changed(&mut self, key: &Key, capped: &[CappedScore]) -> bool {
+    pub(crate) fn capped_changed(&mut self, key: &Key, capped: &[CappedScore]) -> bool {
         if capped.is_empty() {
             self.validity_warned.remove(key);
             return false;
@@ -387,7 +421,7 @@ impl State {
     /// pass, and how many it holds then (`None`: no news). A placement's first pass in this
     /// process is no news: its holds were said by the scheduler before this one (a restart
     /// writes nothing to a hub at rest).
-    pub fn held_changed(
+    pub(crate) fn held_changed(
         &mut self,
         key: &Key,
         has_controls: bool,
@@ -403,16 +437,16 @@ impl State {
     }
 
     /// Placements with a remembered `ScoreValidityCapped` warning.
-    pub fn warned_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn warned_count(&self) -> usize {
         self.validity_warned.len()
     }
 
-    pub fn delete_placement(&mut self, key: &Key) -> BTreeSet<Key> {
+    pub(crate) fn delete_placement(&mut self, key: &Key) {
         self.index.remove(key);
         self.validity_warned.remove(key);
         self.held_said.remove(key);
         self.placements.remove(key);
-        BTreeSet::new()
     }
 }
 
@@ -480,8 +514,8 @@ mod tests {
         .expect("a valid PlacementDecision")
     }
 
-    /// Issue 17: the watch event of our own write, arriving before the write returns, does
-    /// not schedule the placement again; a user's edit meanwhile still does.
+    /// The watch event of our own write, arriving before the write returns, does not
+    /// schedule the placement again; a user's edit meanwhile still does.
     #[test]
     fn the_echo_of_our_own_write_schedules_nothing() {
         let key: Key = ("ns".into(), "p".into());
@@ -495,7 +529,7 @@ mod tests {
             d
         };
         assert_eq!(
-            st.apply_decision(with("1", &["a"])),
+            st.apply_decision(with("1", &["a"])).requeue,
             BTreeSet::from([key.clone()])
         );
 
@@ -510,18 +544,18 @@ mod tests {
             },
         );
         assert_eq!(
-            st.apply_decision(ours),
+            st.apply_decision(ours).requeue,
             BTreeSet::new(),
             "the echo of our write"
         );
         // A user's edit while our write is in flight is not ours.
         assert_eq!(
-            st.apply_decision(with("3", &["x"])),
+            st.apply_decision(with("3", &["x"])).requeue,
             BTreeSet::from([key.clone()])
         );
         st.own_write_done("ns", "p-decision-1");
         assert_eq!(
-            st.apply_decision(with("4", &["b"])),
+            st.apply_decision(with("4", &["b"])).requeue,
             BTreeSet::from([key.clone()]),
             "after the write, a change is news"
         );
@@ -535,7 +569,7 @@ mod tests {
             },
         );
         assert_eq!(
-            st.delete_decision("ns", "p-decision-1"),
+            st.delete_decision("ns", "p-decision-1").requeue,
             BTreeSet::new(),
             "the echo of our delete"
         );
@@ -554,7 +588,7 @@ mod tests {
     fn a_stored_decision_keeps_what_the_core_and_the_writer_read() {
         let mut st = State::default();
         let d = decision(labels(), &["a", "b"]);
-        st.apply_decision(d.clone());
+        let _ = st.apply_decision(d.clone());
         let kept = st.snapshot.decision("ns", "p-decision-1").expect("stored");
         // The writer's preconditions and the core's input, as received.
         assert_eq!(kept.metadata.resource_version.as_deref(), Some("42"));
@@ -568,7 +602,7 @@ mod tests {
         assert_eq!(kept.metadata.owner_references, None);
         assert_eq!(kept.metadata.creation_timestamp, None);
         // The same object again (a relist, our own write read back) is no news.
-        assert!(st.apply_decision(d).is_empty());
+        assert!(st.apply_decision(d).requeue.is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Which placements an event can affect (ocm-placement.md §3.10), sans IO: an index of what
-//! each Placement reads, and the fan-out rules.
+//! Which placements an event can affect, sans IO: an index of what each Placement reads, and
+//! the fan-out rules (upstream's are its event handlers, open-cluster-management-io/ocm
+//! `pkg/placement/controllers/scheduling/enqueue.go`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -13,16 +14,9 @@ use placement_core::snapshot::{Name, Snapshot, decision_entries};
 /// A placement's `(namespace, name)`. Shared, not copied: a placement's key is held by the
 /// store, the trigger index, the queue and its timers (at 10,000 placements, copies of the
 /// two strings were several megabytes).
-pub type Key = (Arc<str>, Arc<str>);
+pub(crate) type Key = (Arc<str>, Arc<str>);
 
-pub fn key_of(p: &Placement) -> Key {
-    key(
-        p.metadata.namespace.as_deref().unwrap_or_default(),
-        p.metadata.name.as_deref().unwrap_or_default(),
-    )
-}
-
-pub fn key(namespace: &str, name: &str) -> Key {
+pub(crate) fn key(namespace: &str, name: &str) -> Key {
     (Arc::from(namespace), Arc::from(name))
 }
 
@@ -70,7 +64,7 @@ fn reads(p: &Placement) -> Reads {
 
 /// The literal names passed to `scores(...)` in a CEL expression; `None` when some call's
 /// argument is not a plain string literal.
-pub fn score_names(expr: &str) -> Option<Vec<String>> {
+pub(crate) fn score_names(expr: &str) -> Option<Vec<String>> {
     let mut out = Vec::new();
     let mut rest = expr;
     while let Some(i) = rest.find("scores(") {
@@ -93,7 +87,7 @@ pub fn score_names(expr: &str) -> Option<Vec<String>> {
 
 /// The index of every Placement's reads.
 #[derive(Debug, Default)]
-pub struct Index {
+pub(crate) struct Index {
     reads: BTreeMap<Key, Reads>,
     by_resource: HashMap<String, BTreeSet<Key>>,
     any_resource: BTreeSet<Key>,
@@ -103,7 +97,7 @@ pub struct Index {
 
 impl Index {
     /// Indexes `p` under `key` (the store's own, so that the index shares it).
-    pub fn upsert(&mut self, key: &Key, p: &Placement) {
+    pub(crate) fn upsert(&mut self, key: &Key, p: &Placement) {
         self.remove(key);
         let r = reads(p);
         for res in &r.resources {
@@ -125,7 +119,7 @@ impl Index {
         self.reads.insert(key.clone(), r);
     }
 
-    pub fn remove(&mut self, key: &Key) {
+    pub(crate) fn remove(&mut self, key: &Key) {
         let Some(r) = self.reads.remove(key) else {
             return;
         };
@@ -149,20 +143,18 @@ impl Index {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.reads.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.reads.is_empty()
     }
 
-    pub fn all(&self) -> impl Iterator<Item = &Key> {
-        self.reads.keys()
-    }
-
     /// Placements that read the AddOnPlacementScore named `resource`.
-    pub fn for_score<'a>(&'a self, resource: &str) -> impl Iterator<Item = &'a Key> + 'a {
+    pub(crate) fn for_score<'a>(&'a self, resource: &str) -> impl Iterator<Item = &'a Key> + 'a {
         self.by_resource
             .get(resource)
             .into_iter()
@@ -171,22 +163,25 @@ impl Index {
     }
 
     /// Placements that use Balance (other placements' decisions change their scores).
-    pub fn balance_users(&self) -> impl Iterator<Item = &Key> {
+    pub(crate) fn balance_users(&self) -> impl Iterator<Item = &Key> {
         self.balance.iter()
     }
 
     /// Whether the placement uses Balance.
-    pub fn uses_balance(&self, key: &Key) -> bool {
+    pub(crate) fn uses_balance(&self, key: &Key) -> bool {
         self.balance.contains(key)
     }
 
     /// Placements in `namespace`.
-    pub fn in_namespace<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a Key> + 'a {
+    pub(crate) fn in_namespace<'a>(
+        &'a self,
+        namespace: &str,
+    ) -> impl Iterator<Item = &'a Key> + 'a {
         self.by_namespace.get(namespace).into_iter().flatten()
     }
 
     /// Placements in `namespace` that may use clusterset `set` (through a binding there).
-    pub fn using_set<'a>(
+    pub(crate) fn using_set<'a>(
         &'a self,
         namespace: &str,
         set: &'a str,
@@ -202,10 +197,10 @@ impl Index {
 /// A set of cluster slots ([`ClusterInfo::slot`]), one bit each: what a Balance user's pass
 /// could choose from, kept small (125 bytes per placement at 1,000 clusters).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SlotSet(Vec<u64>);
+pub(crate) struct SlotSet(Vec<u64>);
 
 impl SlotSet {
-    pub fn insert(&mut self, slot: usize) {
+    pub(crate) fn insert(&mut self, slot: usize) {
         let (word, bit) = (slot / 64, slot % 64);
         if self.0.len() <= word {
             self.0.resize(word + 1, 0);
@@ -213,7 +208,7 @@ impl SlotSet {
         self.0[word] |= 1 << bit;
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.0.iter().enumerate().flat_map(|(w, &bits)| {
             (0..64)
                 .filter(move |b| bits & (1 << b) != 0)
@@ -227,7 +222,7 @@ impl SlotSet {
 /// without the placement's own entries (its own moves do not change its Balance input).
 /// Equal fingerprints give equal Balance scores, so a Balance user whose fingerprint is
 /// unchanged need not be rescheduled for Balance.
-pub fn balance_input(
+pub(crate) fn balance_input(
     snapshot: &Snapshot,
     namespace: &str,
     placement: &str,
@@ -252,7 +247,10 @@ pub fn balance_input(
 }
 
 /// The slots of `names` in `snapshot` (names it does not hold are left out).
-pub fn slots_of<'a>(snapshot: &Snapshot, names: impl IntoIterator<Item = &'a Name>) -> SlotSet {
+pub(crate) fn slots_of<'a>(
+    snapshot: &Snapshot,
+    names: impl IntoIterator<Item = &'a Name>,
+) -> SlotSet {
     let mut out = SlotSet::default();
     for n in names {
         if let Some(c) = snapshot.cluster(n) {
@@ -268,7 +266,8 @@ mod tests {
     use serde_json::json;
 
     fn upsert(idx: &mut Index, p: &Placement) {
-        idx.upsert(&key_of(p), p);
+        let (ns, name) = crate::controller::listing::key_of(p);
+        idx.upsert(&key(ns, name), p);
     }
 
     fn placement(ns: &str, name: &str, spec: serde_json::Value) -> Placement {

@@ -14,6 +14,7 @@
 //!   A 409 Conflict means someone else (a newer leader, a user) wrote it meanwhile: the write
 //!   is not retried with the same body; the placement is scheduled again from the new state.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +27,6 @@ use ocm_runtime::leader::{NotLeader, is_not_leader};
 use serde_json::json;
 use thiserror::Error;
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use super::Leader;
 use super::events::{Events, Publish, Recorder, Timing};
 use super::metrics::Metrics;
@@ -37,7 +36,7 @@ use placement_core::Outcome;
 use placement_core::plan::{Event, PlannedWrite, Write};
 
 #[derive(Debug, Error)]
-pub enum WriteError {
+pub(crate) enum WriteError {
     #[error("not the leader any more: {0} not written")]
     NotLeader(String),
     #[error("{verb} {what}: {source}")]
@@ -49,7 +48,7 @@ pub enum WriteError {
     },
 }
 
-pub struct Writer {
+pub(crate) struct Writer {
     client: Client,
     events: Events,
     metrics: Arc<Metrics>,
@@ -70,11 +69,11 @@ fn transient(e: &kube::Error) -> bool {
 /// The `resourceVersion` and `uid` of the PlacementDecisions an outcome was computed from, by
 /// name; our own writes update it. Taken from the same snapshot as the schedule.
 #[derive(Clone, Debug, Default)]
-pub struct Versions(BTreeMap<String, (String, String)>);
+pub(crate) struct Versions(BTreeMap<String, (String, String)>);
 
 impl Versions {
     /// The versions of the decisions `outcome` writes, as `snapshot` has them.
-    pub fn of(snapshot: &placement_core::Snapshot, outcome: &Outcome) -> Self {
+    pub(crate) fn of(snapshot: &placement_core::Snapshot, outcome: &Outcome) -> Self {
         let mut out = BTreeMap::new();
         for pw in &outcome.writes {
             let name = pw.write.decision_name();
@@ -180,7 +179,11 @@ fn already_exists(e: &kube::Error) -> bool {
 
 impl Writer {
     /// The writer, and the event recorder it feeds: run [`Recorder::run`] beside the workers.
-    pub fn new(client: Client, metrics: Arc<Metrics>, leader: Arc<dyn Leader>) -> (Self, Recorder) {
+    pub(crate) fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        leader: Arc<dyn Leader>,
+    ) -> (Self, Recorder) {
         let (events, recorder) = super::events::recorder(
             client.clone(),
             metrics.clone(),
@@ -262,69 +265,90 @@ impl Writer {
     ///
     /// `versions` are the decisions' versions the outcome was computed from
     /// ([`Versions::of`]); the Placement's is `placement`'s.
-    pub async fn apply(
+    pub(crate) async fn apply(
         &self,
         state: &Shared,
         placement: &Placement,
         outcome: &Outcome,
         mut versions: Versions,
     ) -> Result<BTreeSet<Key>, WriteError> {
-        let mut again = BTreeSet::new();
         let ns = &outcome.namespace;
         let decisions: Api<PlacementDecision> = Api::namespaced(self.client.clone(), ns);
         for pw in &outcome.writes {
-            let name = pw.write.decision_name().to_owned();
-            let what = format!("PlacementDecision {ns}/{name}");
-            self.check_leader(&what)?;
-            state.write().own_write(ns, &name, own_write(&pw.write));
-            let written = self.write(&decisions, pw, &what, &versions).await;
-            let written = match written {
-                Ok(w) => w,
-                Err(e) => {
-                    state.write().own_write_done(ns, &name);
-                    return Err(e);
-                }
-            };
-            {
-                let mut st = state.write();
-                // Through the same path as a watch event, so that Balance users hear of it.
-                match written {
-                    Some(d) => {
-                        versions.wrote(&d);
-                        st.apply_decision(d);
-                    }
-                    None => {
-                        st.delete_decision(ns, &name);
-                    }
-                }
-                st.own_write_done(ns, &name);
-            }
+            self.write_through(state, &decisions, ns, pw, &mut versions)
+                .await?;
             self.emit(placement, &pw.events);
         }
-        if placement.status.as_ref() != Some(&outcome.placement_status) {
-            let what = format!("Placement {ns}/{}", outcome.name);
-            self.check_leader(&what)?;
-            let placements: Api<Placement> = Api::namespaced(self.client.clone(), ns);
-            let body = preconditioned(
-                json!({"status": outcome.placement_status}),
-                placement.metadata.resource_version.as_deref(),
-            );
-            let (pp, patch) = (patch_params(), Patch::Merge(&body));
-            let patched = self
-                .call("patch", "placements/status", &what, || {
-                    placements.patch_status(&outcome.name, &pp, &patch)
-                })
-                .await;
-            match patched {
-                Ok(p) => {
-                    again.extend(state.write().apply_placement(p));
-                }
-                // Deleted meanwhile: its decisions go with it (owner references).
-                Err(WriteError::Api { source, .. }) if not_found(&source) => {}
-                Err(e) => return Err(e),
-            }
+        if placement.status.as_ref() == Some(&outcome.placement_status) {
+            return Ok(BTreeSet::new());
         }
-        Ok(again)
+        self.write_status(state, placement, outcome).await
+    }
+
+    /// One planned write, and the object as written into the cache (write-through). Its
+    /// watch event, which may come first, is known for ours while it is in flight.
+    async fn write_through(
+        &self,
+        state: &Shared,
+        api: &Api<PlacementDecision>,
+        ns: &str,
+        pw: &PlannedWrite,
+        versions: &mut Versions,
+    ) -> Result<(), WriteError> {
+        let name = pw.write.decision_name();
+        let what = format!("PlacementDecision {ns}/{name}");
+        self.check_leader(&what)?;
+        state.write().own_write(ns, name, own_write(&pw.write));
+        let written = match self.write(api, pw, &what, versions).await {
+            Ok(w) => w,
+            Err(e) => {
+                state.write().own_write_done(ns, name);
+                return Err(e);
+            }
+        };
+        let mut st = state.write();
+        // What this moved is not acted on here: its placement is the one being scheduled,
+        // and the pass counts its own move against the snapshot it was computed from
+        // (`pass::moves`).
+        let _moved = match written {
+            Some(d) => {
+                versions.wrote(&d);
+                st.apply_decision(d)
+            }
+            None => st.delete_decision(ns, name),
+        };
+        st.own_write_done(ns, name);
+        Ok(())
+    }
+
+    /// The Placement's status, preconditioned on the Placement the outcome was computed
+    /// from; returns the placements to schedule again (see [`Writer::apply`]).
+    async fn write_status(
+        &self,
+        state: &Shared,
+        placement: &Placement,
+        outcome: &Outcome,
+    ) -> Result<BTreeSet<Key>, WriteError> {
+        let ns = &outcome.namespace;
+        let what = format!("Placement {ns}/{}", outcome.name);
+        self.check_leader(&what)?;
+        let placements: Api<Placement> = Api::namespaced(self.client.clone(), ns);
+        let body = preconditioned(
+            json!({"status": outcome.placement_status}),
+            placement.metadata.resource_version.as_deref(),
+        );
+        let (pp, patch) = (patch_params(), Patch::Merge(&body));
+        let patched = self
+            .call("patch", "placements/status", &what, || {
+                placements.patch_status(&outcome.name, &pp, &patch)
+            })
+            .await;
+        match patched {
+            Ok(p) => Ok(state.write().apply_placement(p)),
+            // Deleted meanwhile: its decisions go with it (owner references).
+            Err(WriteError::Api { source, .. }) if not_found(&source) => Ok(BTreeSet::new()),
+            Err(e) => Err(e),
+        }
     }
 
     /// One planned write; returns the object as written, `None` once deleted.
@@ -335,117 +359,145 @@ impl Writer {
         what: &str,
         versions: &Versions,
     ) -> Result<Option<PlacementDecision>, WriteError> {
-        let pp = patch_params();
-        match &pw.write {
-            Write::Create(d) => {
-                let name = pw.write.decision_name();
-                let mut body = (**d).clone();
-                let status = body.status.take();
-                let post = PostParams::default();
-                // The object as it is now, and whether we created it.
-                let (current, created) = match self
-                    .call("create", "placementdecisions", what, || {
-                        api.create(&post, &body)
-                    })
-                    .await
-                {
-                    Ok(c) => (c, true),
-                    // Our cache was behind: the object exists; make its labels and status ours.
-                    Err(WriteError::Api { source, .. }) if already_exists(&source) => {
-                        let mut labels = json!({"metadata": {"labels": body.metadata.labels}});
-                        // Ours only, and only when we set some (null would remove them all).
-                        if let Some(a) = &body.metadata.annotations {
-                            labels["metadata"]["annotations"] = json!(a);
-                        }
-                        let patch = Patch::Merge(&labels);
-                        let patched = self
-                            .call("patch", "placementdecisions", what, || {
-                                api.patch(name, &pp, &patch)
-                            })
-                            .await?;
-                        (patched, false)
-                    }
-                    Err(e) => return Err(e),
-                };
-                // The apiserver drops status on create; an empty one needs no write.
-                let empty = status.as_ref().is_none_or(|s| s.decisions.is_empty());
-                if created && empty {
-                    return Ok(Some(current));
-                }
-                // The status goes onto the object just written, not onto a newer one.
-                let status = preconditioned(
-                    json!({"status": status}),
-                    current.metadata.resource_version.as_deref(),
-                );
-                let patch = Patch::Merge(&status);
-                let written = self
-                    .call("patch", "placementdecisions/status", what, || {
-                        api.patch_status(name, &pp, &patch)
-                    })
-                    .await?;
-                Ok(Some(written))
-            }
+        let rv = |name: &str| versions.resource_version(name);
+        let written = match &pw.write {
+            Write::Create(d) => self.create(api, pw.write.decision_name(), d, what).await?,
+            // A merge patch replaces the decisions list as a whole.
             Write::Status { name, status } => {
-                // A merge patch replaces the decisions list as a whole.
-                let body =
-                    preconditioned(json!({"status": status}), versions.resource_version(name));
-                let patch = Patch::Merge(&body);
-                let written = self
-                    .call("patch", "placementdecisions/status", what, || {
-                        api.patch_status(name, &pp, &patch)
-                    })
-                    .await?;
-                Ok(Some(written))
+                let body = json!({"status": status});
+                self.patch_status(api, name, body, rv(name), what).await?
             }
             Write::Labels { name, labels } => {
-                let body = preconditioned(
-                    json!({"metadata": {"labels": labels}}),
-                    versions.resource_version(name),
-                );
-                let patch = Patch::Merge(&body);
-                let written = self
-                    .call("patch", "placementdecisions", what, || {
-                        api.patch(name, &pp, &patch)
-                    })
-                    .await?;
-                Ok(Some(written))
+                let body = json!({"metadata": {"labels": labels}});
+                self.patch(api, name, body, rv(name), what).await?
             }
             Write::Annotations { name, annotations } => {
-                let body = preconditioned(
-                    json!({"metadata": {"annotations": annotations}}),
-                    versions.resource_version(name),
-                );
-                let patch = Patch::Merge(&body);
-                let written = self
-                    .call("patch", "placementdecisions", what, || {
-                        api.patch(name, &pp, &patch)
-                    })
-                    .await?;
-                Ok(Some(written))
+                let body = json!({"metadata": {"annotations": annotations}});
+                self.patch(api, name, body, rv(name), what).await?
             }
             Write::Delete { name } => {
-                let dp = DeleteParams {
-                    preconditions: versions.preconditions(name),
-                    ..DeleteParams::default()
-                };
-                match self
-                    .call("delete", "placementdecisions", what, || {
-                        api.delete(name, &dp)
-                    })
-                    .await
-                {
-                    Ok(_) => Ok(None),
-                    Err(WriteError::Api { source, .. }) if not_found(&source) => Ok(None),
-                    Err(e) => Err(e),
-                }
+                self.delete(api, name, versions, what).await?;
+                return Ok(None);
             }
+        };
+        Ok(Some(written))
+    }
+
+    /// Creates the decision, then writes its status (the apiserver drops status on create).
+    async fn create(
+        &self,
+        api: &Api<PlacementDecision>,
+        name: &str,
+        d: &PlacementDecision,
+        what: &str,
+    ) -> Result<PlacementDecision, WriteError> {
+        let mut body = d.clone();
+        let status = body.status.take();
+        let (current, created) = self.create_or_adopt(api, name, &body, what).await?;
+        // An empty status needs no write.
+        let empty = status.as_ref().is_none_or(|s| s.decisions.is_empty());
+        if created && empty {
+            return Ok(current);
+        }
+        // The status goes onto the object just written, not onto a newer one.
+        let rv = current.metadata.resource_version.as_deref();
+        self.patch_status(api, name, json!({"status": status}), rv, what)
+            .await
+    }
+
+    /// Creates `body`; returns the object as it is now, and whether we created it.
+    async fn create_or_adopt(
+        &self,
+        api: &Api<PlacementDecision>,
+        name: &str,
+        body: &PlacementDecision,
+        what: &str,
+    ) -> Result<(PlacementDecision, bool), WriteError> {
+        let post = PostParams::default();
+        let created = self
+            .call("create", "placementdecisions", what, || {
+                api.create(&post, body)
+            })
+            .await;
+        match created {
+            Ok(c) => Ok((c, true)),
+            // Our cache was behind: the object exists; make its labels and status ours.
+            Err(WriteError::Api { source, .. }) if already_exists(&source) => {
+                let mut labels = json!({"metadata": {"labels": body.metadata.labels}});
+                // Ours only, and only when we set some (null would remove them all).
+                if let Some(a) = &body.metadata.annotations {
+                    labels["metadata"]["annotations"] = json!(a);
+                }
+                let patched = self.patch(api, name, labels, None, what).await?;
+                Ok((patched, false))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A merge patch of the decision's status, applied only to version `rv` when given.
+    async fn patch_status(
+        &self,
+        api: &Api<PlacementDecision>,
+        name: &str,
+        body: serde_json::Value,
+        rv: Option<&str>,
+        what: &str,
+    ) -> Result<PlacementDecision, WriteError> {
+        let (pp, body) = (patch_params(), preconditioned(body, rv));
+        let patch = Patch::Merge(&body);
+        self.call("patch", "placementdecisions/status", what, || {
+            api.patch_status(name, &pp, &patch)
+        })
+        .await
+    }
+
+    /// A merge patch of the decision's metadata, applied only to version `rv` when given.
+    async fn patch(
+        &self,
+        api: &Api<PlacementDecision>,
+        name: &str,
+        body: serde_json::Value,
+        rv: Option<&str>,
+        what: &str,
+    ) -> Result<PlacementDecision, WriteError> {
+        let (pp, body) = (patch_params(), preconditioned(body, rv));
+        let patch = Patch::Merge(&body);
+        self.call("patch", "placementdecisions", what, || {
+            api.patch(name, &pp, &patch)
+        })
+        .await
+    }
+
+    /// Deletes the decision the outcome was computed from, not one re-created since (one
+    /// already gone counts as deleted).
+    async fn delete(
+        &self,
+        api: &Api<PlacementDecision>,
+        name: &str,
+        versions: &Versions,
+        what: &str,
+    ) -> Result<(), WriteError> {
+        let dp = DeleteParams {
+            preconditions: versions.preconditions(name),
+            ..DeleteParams::default()
+        };
+        let deleted = self
+            .call("delete", "placementdecisions", what, || {
+                api.delete(name, &dp)
+            })
+            .await;
+        match deleted {
+            Ok(_) => Ok(()),
+            Err(WriteError::Api { source, .. }) if not_found(&source) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
     /// Hands events (regarding the Placement, related to their decision if they name one)
     /// to the recorder ([`super::events`]) without waiting: an event never delays a write,
     /// and one that cannot be published never fails it.
-    pub fn emit(&self, placement: &Placement, to_emit: &[Event]) {
+    pub(crate) fn emit(&self, placement: &Placement, to_emit: &[Event]) {
         let regarding: ObjectReference = placement.object_ref(&());
         let namespace = placement.metadata.namespace.clone().unwrap_or_default();
         let at = jiff::Timestamp::now();

@@ -70,16 +70,16 @@ impl Pacing {
 
 /// How the workers are shared among namespaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fairness {
+pub(crate) struct Fairness {
     /// The workers taking keys.
-    pub workers: usize,
+    pub(crate) workers: usize,
     /// Keys of one namespace processed at once while other namespaces' keys wait.
-    pub per_namespace: usize,
+    pub(crate) per_namespace: usize,
 }
 
 impl Fairness {
     /// Half the workers each (rounded up), the controller's default.
-    pub fn halves(workers: usize) -> Self {
+    pub(crate) fn halves(workers: usize) -> Self {
         Self {
             workers,
             per_namespace: workers.div_ceil(2).max(1),
@@ -418,7 +418,7 @@ impl Gauges {
 }
 
 #[derive(Default)]
-pub struct Queue {
+pub(crate) struct Queue {
     inner: Mutex<Inner>,
     notify: Notify,
     gauges: Option<Gauges>,
@@ -437,21 +437,21 @@ pub const PROCESSING: &str = "processing";
 
 impl Queue {
     /// A queue that paces each key's passes as `pacing` says.
-    pub fn with_pacing(pacing: Pacing) -> Self {
+    pub(crate) fn with_pacing(pacing: Pacing) -> Self {
         let q = Queue::default();
         q.with(|i| i.pacing = pacing);
         q
     }
 
     /// Shares the workers among namespaces as `fairness` says.
-    pub fn with_fairness(self, fairness: Fairness) -> Self {
+    pub(crate) fn with_fairness(self, fairness: Fairness) -> Self {
         self.with(|i| i.fairness = Some(fairness));
         self
     }
 
     /// Reports its depth by state into `depth` (`state` label) and the sizes of its per-key
     /// maps into `caches` (`cache` label), after every change.
-    pub fn with_gauges(
+    pub(crate) fn with_gauges(
         mut self,
         depth: &Family<QueueLabels, Gauge>,
         caches: &Family<CacheLabels, Gauge>,
@@ -486,13 +486,14 @@ impl Queue {
     }
 
     /// An event for the key: it is scheduled as the pacing says.
-    pub fn add(&self, key: Key) {
+    #[cfg(test)]
+    pub(crate) fn add(&self, key: Key) {
         let now = Instant::now();
         self.with(|i| i.add(key, true, now));
         self.notify.notify_one();
     }
 
-    pub fn add_all<'a>(&self, keys: impl IntoIterator<Item = &'a Key>) {
+    pub(crate) fn add_all<'a>(&self, keys: impl IntoIterator<Item = &'a Key>) {
         let mut any = false;
         let now = Instant::now();
         self.with(|i| {
@@ -507,7 +508,7 @@ impl Queue {
     }
 
     /// Adds the key at `at` (earlier timers for it are kept; the key is scheduled once when due).
-    pub fn add_at(&self, key: Key, at: Instant) {
+    pub(crate) fn add_at(&self, key: Key, at: Instant) {
         self.with(|i| {
             if i.removed.contains(&key) {
                 return;
@@ -527,7 +528,7 @@ impl Queue {
     }
 
     /// Adds the key after its backoff, which doubles with each failure until [`Queue::forget`].
-    pub fn add_rate_limited(&self, key: Key) {
+    pub(crate) fn add_rate_limited(&self, key: Key) {
         let delay = self.with(|i| {
             if i.removed.contains(&key) {
                 return None;
@@ -546,14 +547,14 @@ impl Queue {
         }
     }
 
-    pub fn forget(&self, key: &Key) {
+    pub(crate) fn forget(&self, key: &Key) {
         self.with(|i| i.failures.remove(key));
     }
 
     /// The key's object is gone: its backoff and pending requeue go too (else a placement
     /// deleted while failing, or with a far toleration requeue, stays here). A key queued or
     /// being processed finishes normally (it finds nothing to schedule).
-    pub fn remove(&self, key: &Key) {
+    pub(crate) fn remove(&self, key: &Key) {
         self.with(|i| {
             i.failures.remove(key);
             if i.processing.contains(key) {
@@ -574,7 +575,8 @@ impl Queue {
     }
 
     /// Entries in the per-key maps: (backoff counters, requeues, timers, last passes).
-    pub fn sizes(&self) -> (usize, usize, usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn sizes(&self) -> (usize, usize, usize, usize) {
         self.with(|i| {
             (
                 i.failures.len(),
@@ -586,7 +588,7 @@ impl Queue {
     }
 
     /// Marks a key handed out by [`Queue::next_batch`] as done.
-    pub fn done(&self, key: &Key) {
+    pub(crate) fn done(&self, key: &Key) {
         let now = Instant::now();
         let again = self.with(|i| {
             if i.processing.remove(key)
@@ -620,16 +622,18 @@ impl Queue {
     }
 
     /// Keys waiting: queued (ready or deferred) or with a requeue time.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.with(|i| i.queued.len() + i.requeues.len())
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Waits for work and hands out every ready key (at most `max`), marking them processing.
-    pub async fn next_batch(&self, max: usize) -> Vec<Key> {
+    pub(crate) async fn next_batch(&self, max: usize) -> Vec<Key> {
         loop {
             let notified = self.notify.notified();
             let (batch, next_timer) = self.with(|i| {
@@ -665,6 +669,6 @@ impl Queue {
 #[cfg(test)]
 mod tests;
 
-/// Issue 22: leading-edge pacing, bursts spaced, the depth by state.
+/// Leading-edge pacing, bursts spaced, the depth by state.
 #[cfg(test)]
 mod pacing;

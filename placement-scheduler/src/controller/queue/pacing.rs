@@ -1,6 +1,11 @@
 #![allow(clippy::unwrap_used)]
-use super::*;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::super::metrics::{CacheLabels, QueueLabels};
+use super::{DEFERRED, Key, LAST_PASSES, PROCESSING, Pacing, Queue, READY, WAITING};
 
 const SPACING: Duration = Duration::from_millis(100);
 
