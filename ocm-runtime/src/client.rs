@@ -2,16 +2,22 @@
 //! the user agent the apiserver sees (and records as the field manager), and a client-side
 //! token bucket so that a burst of work cannot flood the apiserver (client-go's `--kube-api-qps`
 //! and `--kube-api-burst`).
+//!
+//! An agent whose hub credentials are a mounted kubeconfig that OCM rotates follows it with
+//! [`follow::KubeconfigClient`] instead.
+
+pub mod follow;
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::{Registry, Unit};
 use thiserror::Error;
@@ -287,8 +293,7 @@ impl RateLimiter {
 
     fn reserve_at(&self, now: Instant) -> Duration {
         let b = &self.inner;
-        // A poisoned lock only means another request panicked mid-update of two plain numbers.
-        let mut s = b.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = b.state.lock();
         let elapsed = now.saturating_duration_since(s.at).as_secs_f64();
         s.tokens = (s.tokens + elapsed * b.qps).min(f64::from(b.burst));
         s.at = s.at.max(now);
@@ -419,7 +424,7 @@ mod tests {
     #[test]
     fn bucket_math() {
         let l = RateLimiter::new(10.0, 3).unwrap();
-        let t0 = l.inner.state.lock().unwrap().at;
+        let t0 = l.inner.state.lock().at;
         // The full bucket lets three through, then each waits one more tenth of a second.
         for _ in 0..3 {
             assert_eq!(l.reserve_at(t0), Duration::ZERO);

@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -30,6 +30,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use parking_lot::Mutex;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
@@ -62,7 +63,7 @@ pub struct HttpLimits {
     /// A connection must finish its TLS handshake and send each request head within this
     /// long, counted from its accept or from its previous answer (so an idle keep-alive
     /// connection is closed after it too). Slow clients are closed, not waited for.
-    #[arg(long, env = "HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = crate::leader::parse_duration)]
+    #[arg(long, env = "HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = crate::flags::parse_duration)]
     pub http_header_read_timeout: Duration,
     /// Open connections per port. At the cap a new connection closes the oldest one that is
     /// not being answered (idle, slow or handshaking); only when all are being answered is
@@ -278,7 +279,7 @@ impl Connections {
     /// A slot for a new connection, closing the oldest idle one at the cap; `None` when all
     /// are being answered.
     fn admit(table: &Arc<Mutex<Self>>) -> Option<Slot> {
-        let mut t = table.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut t = table.lock();
         if t.open.len() >= t.cap {
             let oldest_idle = t
                 .open
@@ -348,7 +349,7 @@ struct Remove {
 
 impl Drop for Remove {
     fn drop(&mut self) {
-        let mut t = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut t = self.table.lock();
         t.open.remove(&self.id);
     }
 }
@@ -404,13 +405,9 @@ mod tests {
         let _third = Connections::admit(&t).unwrap();
         assert_eq!(second.closed.try_recv(), Ok(()));
         assert!(first.closed.try_recv().is_err());
-        assert_eq!(t.lock().unwrap().open.len(), 2);
+        assert_eq!(t.lock().open.len(), 2);
         drop(second);
-        assert_eq!(
-            t.lock().unwrap().open.len(),
-            2,
-            "an evicted slot was already out"
-        );
+        assert_eq!(t.lock().open.len(), 2, "an evicted slot was already out");
         drop(answering);
         // Now the first is idle and the oldest.
         let _fourth = Connections::admit(&t).unwrap();
@@ -425,7 +422,7 @@ mod tests {
         assert!(Connections::admit(&t).is_none());
         drop(_answering);
         drop(only);
-        assert!(t.lock().unwrap().open.is_empty());
+        assert!(t.lock().open.is_empty());
         assert!(Connections::admit(&t).is_some());
     }
 

@@ -3,9 +3,10 @@
 //! filling its caches is alive but not ready, and must not be restarted for it.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use http::{Method, Request, StatusCode};
+use parking_lot::{Mutex, MutexGuard};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -82,9 +83,8 @@ impl Health {
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
-        // Two plain fields: a panic elsewhere cannot leave them half-written.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> MutexGuard<'_, HealthState> {
+        self.inner.lock()
     }
 
     /// Ready, or not ready with the reason `not ready`.
@@ -155,9 +155,8 @@ impl WatchSync {
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, SyncState> {
-        // Plain fields: a panic elsewhere cannot leave them half-written.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> MutexGuard<'_, SyncState> {
+        self.inner.lock()
     }
 
     /// A watch of `kind` on `resource_url` (`Api::resource_url`) has started.

@@ -1,5 +1,6 @@
 //! The hub client against the real apiserver: the rate limit holds, a watch takes one token,
-//! the user agent reaches the server, kubeconfig files are read or refused by name.
+//! the user agent reaches the server, kubeconfig files are read or refused by name, and a
+//! followed one is read again when rotated; the apiserver's answers are told apart.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -184,4 +185,129 @@ async fn kubeconfig_files_are_used_or_refused_by_name() {
             "{e}"
         );
     }
+}
+
+/// The predicates of `ocm_runtime::write` on the apiserver's own answers, and the
+/// preconditions they report on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_errors_are_told_apart_and_preconditions_hold() {
+    use kube::api::{Patch, PatchParams};
+    use ocm_runtime::write::{
+        delete_params, ignore_not_found, is_already_exists, is_conflict, is_not_found,
+        is_unauthorized, preconditioned,
+    };
+
+    let cp = testenv::shared().await;
+    let admin = cp.client().unwrap();
+    let ns = testenv::namespace(&admin, "apierrors").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(admin, &ns);
+    let cm = api
+        .create(&PostParams::default(), &config_map("cm"))
+        .await
+        .unwrap();
+    let (rv, uid) = (
+        cm.metadata.resource_version.clone().unwrap(),
+        cm.metadata.uid.clone().unwrap(),
+    );
+
+    let taken = api
+        .create(&PostParams::default(), &config_map("cm"))
+        .await
+        .unwrap_err();
+    assert!(is_already_exists(&taken) && !is_conflict(&taken), "{taken}");
+    let missing = api.get("missing").await.unwrap_err();
+    assert!(is_not_found(&missing), "{missing}");
+
+    // A patch preconditioned on the version read applies once; a second one computed from
+    // the same read conflicts.
+    let body = |v: &str| preconditioned(serde_json::json!({"data": {"k": v}}), Some(&rv));
+    let pp = PatchParams::default();
+    api.patch("cm", &pp, &Patch::Merge(&body("first")))
+        .await
+        .unwrap();
+    let stale = api
+        .patch("cm", &pp, &Patch::Merge(&body("second")))
+        .await
+        .unwrap_err();
+    assert!(is_conflict(&stale) && !is_already_exists(&stale), "{stale}");
+    assert_eq!(
+        api.get("cm").await.unwrap().data.unwrap()["k"],
+        "first",
+        "the stale patch changed nothing"
+    );
+
+    // A delete of another object of the same name (re-created since) conflicts.
+    let wrong = api
+        .delete("cm", &delete_params(Some("another-uid"), None))
+        .await
+        .unwrap_err();
+    assert!(is_conflict(&wrong), "{wrong}");
+    assert!(
+        ignore_not_found(api.delete("cm", &delete_params(Some(&uid), None)).await)
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        ignore_not_found(api.delete("cm", &delete_params(Some(&uid), None)).await)
+            .unwrap()
+            .is_none(),
+        "deleting what is gone is nothing to do"
+    );
+
+    // Credentials the apiserver does not accept.
+    let mut config = cp.config(None).unwrap();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some("not-a-token".to_owned().into()),
+        ..kube::config::AuthInfo::default()
+    };
+    let stranger: Api<ConfigMap> = Api::namespaced(client_with(config, None, "t/0").unwrap(), &ns);
+    let refused = stranger.get("cm").await.unwrap_err();
+    assert!(is_unauthorized(&refused), "{refused}");
+}
+
+/// A kubeconfig whose client certificate is replaced in place: the followed client takes the
+/// new identity without a restart, and keeps the old one while the files are half written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_kubeconfig_takes_the_rotated_certificate() {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    use ocm_runtime::client::follow::{FollowError, KubeconfigClient};
+
+    async fn who(client: kube::Client) -> String {
+        let review = Api::<SelfSubjectReview>::all(client)
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await
+            .unwrap();
+        review
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|u| u.username)
+            .unwrap_or_default()
+    }
+
+    let cp = testenv::shared().await;
+    let dir = Scratch::new("follow");
+    let cert = |user| {
+        cp.client_certificate(user, &[], Duration::from_secs(3600))
+            .unwrap()
+    };
+    let path = cp.write_cert_kubeconfig(&dir.0, &cert("agent-a")).unwrap();
+    let hub = KubeconfigClient::load(&path, "follow-test/0")
+        .await
+        .unwrap();
+    assert!(hub.server().starts_with(cp.server()), "{}", hub.server());
+    assert_eq!(who(hub.client()).await, "agent-a");
+    assert!(!hub.reload_if_changed().await.unwrap());
+
+    // Mid-rotation: the new certificate without its key yet.
+    let b = cert("agent-b");
+    std::fs::remove_file(dir.0.join("tls.key")).unwrap();
+    std::fs::write(dir.0.join("tls.crt"), &b.cert_pem).unwrap();
+    let e = hub.reload_if_changed().await.unwrap_err();
+    assert!(matches!(e, FollowError::File { .. }), "{e}");
+    assert_eq!(who(hub.client()).await, "agent-a", "the old client stays");
+
+    cp.write_cert_kubeconfig(&dir.0, &b).unwrap();
+    assert!(hub.reload_if_changed().await.unwrap());
+    assert_eq!(hub.generation(), 1);
+    assert_eq!(who(hub.client()).await, "agent-b");
 }

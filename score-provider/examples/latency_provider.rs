@@ -1,4 +1,4 @@
-//! A third-party score provider on the framework (seed 000, story 4): rates each cluster by the
+//! A third-party score provider on the framework: rates each cluster by the
 //! round-trip time of an HTTP endpoint it serves, probed from where this runs (the hub).
 //! Writes the AddOnPlacementScore `latency-score` with the item `latency` in each cluster's
 //! namespace: 100 for an instant answer, -100 at `--max-latency` or worse; a cluster whose
@@ -10,10 +10,13 @@
 //!   --hub-kubeconfig hub.kubeconfig --target cluster1=http://10.0.0.1:8080/healthz
 //! ```
 
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use ocm_api::score::Normaliser;
+use ocm_runtime::app::{self, App, Drain};
+use score_provider::cli::CliError;
 use score_provider::{Computed, Outcome, ProviderError, ScoreProvider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -23,7 +26,7 @@ struct Args {
     #[arg(long = "target", value_parser = parse_target, required = true)]
     targets: Vec<(String, hyper::Uri)>,
     /// This latency or worse scores -100.
-    #[arg(long, default_value = "1s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = ocm_runtime::flags::parse_duration)]
     max_latency: Duration,
     #[command(flatten)]
     provider: score_provider::ProviderArgs,
@@ -100,24 +103,33 @@ async fn probe(uri: &hyper::Uri) -> Result<Duration, String> {
         .ok_or(format!("answered {code}"))
 }
 
-#[tokio::main]
-async fn main() -> Result<(), String> {
-    let args = Args::parse();
-    ocm_runtime::logging::init(&args.provider.log).map_err(text)?;
+fn main() -> ExitCode {
+    app::main("latency_provider: ", || {
+        // Boxed: the framework's error is large, and only read once, here.
+        app::block_on(run(Args::parse()), Drain::Wait).map_err(Box::new)
+    })
+}
+
+/// Starts like every binary of the project ([`App::start`]: logging, the stop signal), then
+/// the framework does the rest.
+async fn run(args: Args) -> Result<(), CliError> {
+    let app = App::start(
+        &args.provider.log,
+        concat!("latency-provider/", env!("CARGO_PKG_VERSION")),
+    )?;
     let provider = Latency {
         targets: args.targets,
         max_latency: args.max_latency,
     };
-    let registry = prometheus_client::registry::Registry::default();
-    let serve = score_provider::serve(
+    score_provider::cli::serve_app(
+        app,
         provider,
         &args.provider,
         "latency-score",
         "latency-provider",
         None,
-        registry,
-    );
-    serve.await.map_err(text)
+    )
+    .await
 }
 
 #[cfg(test)]

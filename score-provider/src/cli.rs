@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ocm_runtime::app::{App, AppError};
-use ocm_runtime::leader::parse_duration;
+use ocm_runtime::flags::parse_duration;
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 
@@ -135,7 +135,8 @@ impl ProviderArgs {
 /// `/metrics`, `/healthz` and `/readyz`, waits for the hub while it cannot be reached
 /// ([`ocm_runtime::app::Running::wait_for_hub`]), renews `lease` when given, and refreshes the
 /// scores object `score_name`. `manager` names the writes (field manager, user agent, label).
-/// Logging must be set up by the caller (see [`ocm_runtime::logging::init`]).
+/// Logging must be set up by the caller (see [`ocm_runtime::logging::init`]); [`serve_app`]
+/// is the same on an [`App`] the caller started (which sets up logging).
 pub async fn serve<P: ScoreProvider>(
     provider: P,
     args: &ProviderArgs,
@@ -151,15 +152,58 @@ pub async fn serve<P: ScoreProvider>(
         .as_ref()
         .ok_or(CliError::NoHubKubeconfig)?;
     let hub = HubClient::load(path, &user_agent).await?;
+    let app = App::new(user_agent).with_registry(registry);
+    run(app, hub, provider, settings, args, lease).await
+}
+
+/// [`serve`] on `app`, started by the caller the way every binary starts
+/// ([`App::start`]: logging from `args.log`, the stop signal), with the metrics it registered
+/// on [`App::registry`]; `app`'s user agent names the hub client. The checks of `args` come
+/// first: a bad setting is reported before any connection is tried.
+///
+/// ```no_run
+/// # use score_provider::{cli::{self, CliError, ProviderArgs}, ScoreProvider};
+/// # async fn f(provider: impl ScoreProvider, args: ProviderArgs) -> Result<(), CliError> {
+/// let app = ocm_runtime::app::App::start(&args.log, "my-provider/0.1.0")?;
+/// cli::serve_app(app, provider, &args, "my-score", "my-provider", None).await
+/// # }
+/// ```
+pub async fn serve_app<P: ScoreProvider>(
+    app: App,
+    provider: P,
+    args: &ProviderArgs,
+    score_name: &str,
+    manager: &str,
+    lease: Option<(kube::Client, LeaseSettings)>,
+) -> Result<(), CliError> {
+    let settings = args.settings(score_name, manager)?;
+    let path = args
+        .hub_kubeconfig
+        .as_ref()
+        .ok_or(CliError::NoHubKubeconfig)?;
+    let hub = HubClient::load(path, app.user_agent()).await?;
+    run(app, hub, provider, settings, args, lease).await
+}
+
+/// What [`serve`] and [`serve_app`] do once the hub client is loaded.
+async fn run<P: ScoreProvider>(
+    app: App,
+    hub: HubClient,
+    provider: P,
+    settings: Settings,
+    args: &ProviderArgs,
+    lease: Option<(kube::Client, LeaseSettings)>,
+) -> Result<(), CliError> {
+    let (score_name, manager) = (
+        settings.write.score_name.clone(),
+        settings.write.manager.clone(),
+    );
     let mut runner = Runner::new(provider, hub.clone(), settings);
     if let Some((client, lease)) = lease {
         runner = runner.with_lease(client, lease);
     }
     // A provider elects no leader: one runs per cluster (or per hub, with its own scheme).
-    let mut app = App::new(user_agent)
-        .with_registry(registry)
-        .with_health(runner.health())
-        .without_leader_election();
+    let mut app = app.with_health(runner.health()).without_leader_election();
     runner.metrics().register(app.registry());
     let running = app.serve(&args.serve).await?;
     // Probes answer (not ready) while the hub cannot be reached; the stop signal ends the wait.
@@ -171,7 +215,12 @@ pub async fn serve<P: ScoreProvider>(
         running.server_stopped().await;
         return Ok(());
     }
-    tracing::info!(score_name, manager, period = ?args.refresh_period, "score provider running");
+    tracing::info!(
+        score_name = score_name.as_str(),
+        manager = manager.as_str(),
+        period = ?args.refresh_period,
+        "score provider running"
+    );
     runner.run(running.shutdown()).await;
     running.server_stopped().await;
     Ok(())

@@ -1,187 +1,88 @@
 //! The hub client, built from a kubeconfig file and rebuilt when that file or the files it
 //! names change: OCM's registration agent rotates the add-on's client certificate in the
 //! mounted `<addon>-hub-kubeconfig` secret before it expires, and the agent must go on with
-//! the new one without a restart.
+//! the new one without a restart. The following is `ocm_runtime`'s
+//! ([`KubeconfigClient`], which any binary can use); this module adds the clock.
 //!
 //! The client also keeps the hub's time ([`HubClock`]): `validUntil` is read against the hub's
 //! clock, so a spoke whose own clock is off must not write it from that clock.
 
 use std::future::Future;
-use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 
 use jiff::{SignedDuration, Timestamp};
 use kube::client::ClientBuilder;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use ocm_runtime::client::ClientError;
-use thiserror::Error;
+use ocm_runtime::client::follow::KubeconfigClient;
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
-#[derive(Debug, Error)]
-pub enum HubError {
-    #[error("cannot read the hub kubeconfig {path}: {source}")]
-    Kubeconfig {
-        path: String,
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    #[error("cannot read {path}, named by the hub kubeconfig: {source}")]
-    File {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot build the hub client from {path}: {source}")]
-    Client {
-        path: String,
-        #[source]
-        source: ClientError,
-    },
-}
+/// Why the hub kubeconfig could not be followed (`ocm_runtime`'s, under the name this crate
+/// has always given it).
+pub use ocm_runtime::client::follow::FollowError as HubError;
 
-/// A hub client that follows its kubeconfig. Clones share it.
+/// A hub client that follows its kubeconfig ([`KubeconfigClient`]), with the hub's clock
+/// read from its responses. Clones share both.
 #[derive(Clone)]
 pub struct HubClient {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    path: PathBuf,
-    user_agent: String,
-    current: RwLock<Loaded>,
+    kubeconfig: KubeconfigClient,
     /// Shared by every client built from the kubeconfig: a rotation changes the credentials,
     /// not the hub.
     clock: HubClock,
-}
-
-struct Loaded {
-    client: kube::Client,
-    /// The apiserver's URL (empty for a [`HubClient::fixed`] client).
-    server: String,
-    fingerprint: u64,
-    /// Rebuilds so far.
-    generation: u64,
 }
 
 impl HubClient {
     /// Reads `path` (relative certificate, key and token paths are resolved against its
     /// folder, as kubectl does) and builds the client.
     pub async fn load(path: impl Into<PathBuf>, user_agent: &str) -> Result<Self, HubError> {
-        let path = path.into();
         let clock = HubClock::from_responses();
-        let (client, server, fingerprint) = build(&path, user_agent, &clock).await?;
-        tracing::info!(kubeconfig = %path.display(), "hub client ready");
-        Ok(Self {
-            inner: Arc::new(Inner {
-                path,
-                user_agent: user_agent.to_owned(),
-                current: RwLock::new(Loaded {
-                    client,
-                    server,
-                    fingerprint,
-                    generation: 0,
-                }),
-                clock,
-            }),
+        let (layer_clock, user_agent) = (clock.clone(), user_agent.to_owned());
+        let kubeconfig = KubeconfigClient::load_with(path, move |config| {
+            client_with_clock(config, &user_agent, &layer_clock)
         })
+        .await?;
+        Ok(Self { kubeconfig, clock })
     }
 
     /// A client from a ready configuration (no file to follow): for providers that run with
     /// the hub's own in-cluster identity. Their clock is the hub's.
     pub fn fixed(client: kube::Client) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                path: PathBuf::new(),
-                user_agent: String::new(),
-                current: RwLock::new(Loaded {
-                    client,
-                    server: String::new(),
-                    fingerprint: 0,
-                    generation: 0,
-                }),
-                clock: HubClock::local(),
-            }),
+            kubeconfig: KubeconfigClient::fixed(client),
+            clock: HubClock::local(),
         }
     }
 
     /// The current client.
     pub fn client(&self) -> kube::Client {
-        self.read(|l| l.client.clone())
+        self.kubeconfig.client()
     }
 
     /// The hub apiserver's URL the kubeconfig names (empty for a [`HubClient::fixed`] client).
     pub fn server(&self) -> String {
-        self.read(|l| l.server.clone())
+        self.kubeconfig.server()
     }
 
     /// The hub's time as this client last saw it.
     pub fn clock(&self) -> &HubClock {
-        &self.inner.clock
+        &self.clock
     }
 
-    fn read<T>(&self, f: impl FnOnce(&Loaded) -> T) -> T {
-        // A poisoned lock still holds a whole client: the writer only swaps complete values.
-        let guard = self.inner.current.read().unwrap_or_else(|e| e.into_inner());
-        f(&guard)
+    /// The kubeconfig followed, and the client built from it.
+    pub fn kubeconfig(&self) -> &KubeconfigClient {
+        &self.kubeconfig
     }
 
     /// Rebuilds the client when the kubeconfig or a file it names changed; `Ok(true)` when it
     /// did. A file caught mid-rotation (unreadable, or a certificate without its key) is an
     /// error and the old client stays: the next check tries again.
     pub async fn reload_if_changed(&self) -> Result<bool, HubError> {
-        if self.inner.path.as_os_str().is_empty() {
-            return Ok(false);
-        }
-        let fingerprint = fingerprint(&self.inner.path)?;
-        if fingerprint == self.read(|l| l.fingerprint) {
-            return Ok(false);
-        }
-        let (client, server, fingerprint) =
-            build(&self.inner.path, &self.inner.user_agent, &self.inner.clock).await?;
-        let mut guard = self
-            .inner
-            .current
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        guard.client = client;
-        guard.server = server;
-        guard.fingerprint = fingerprint;
-        guard.generation += 1;
-        tracing::info!(
-            kubeconfig = %self.inner.path.display(),
-            generation = guard.generation,
-            "hub credentials changed: new hub client"
-        );
-        Ok(true)
+        self.kubeconfig.reload_if_changed().await
     }
-}
-
-async fn build(
-    path: &Path,
-    user_agent: &str,
-    clock: &HubClock,
-) -> Result<(kube::Client, String, u64), HubError> {
-    // The fingerprint first: if the files change while we build, the next check sees it.
-    let fingerprint = fingerprint(path)?;
-    let named = |source| HubError::Kubeconfig {
-        path: path.display().to_string(),
-        source,
-    };
-    let kubeconfig = Kubeconfig::read_from(path).map_err(named)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(named)?;
-    let server = config.cluster_url.to_string();
-    let client =
-        client_with_clock(config, user_agent, clock).map_err(|source| HubError::Client {
-            path: path.display().to_string(),
-            source,
-        })?;
-    Ok((client, server, fingerprint))
 }
 
 /// `ocm_runtime::client::client_with` (no rate limit: one agent writes a few objects a
@@ -200,44 +101,6 @@ fn client_with_clock(
         .build();
     tracing::info!(%server, user_agent, "hub client, clock taken from its responses");
     Ok(client)
-}
-
-/// A hash of the kubeconfig and of every file it names (certificate authority, client
-/// certificate and key, token file), so that a rotation of any of them is seen.
-fn fingerprint(path: &Path) -> Result<u64, HubError> {
-    let mut hasher = std::hash::DefaultHasher::new();
-    let read = |p: &Path| {
-        std::fs::read(p).map_err(|source| HubError::File {
-            path: p.display().to_string(),
-            source,
-        })
-    };
-    read(path)?.hash(&mut hasher);
-    let kubeconfig = Kubeconfig::read_from(path).map_err(|source| HubError::Kubeconfig {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let mut files: Vec<&str> = Vec::new();
-    for cluster in kubeconfig
-        .clusters
-        .iter()
-        .filter_map(|c| c.cluster.as_ref())
-    {
-        files.extend(cluster.certificate_authority.as_deref());
-    }
-    for auth in kubeconfig
-        .auth_infos
-        .iter()
-        .filter_map(|a| a.auth_info.as_ref())
-    {
-        files.extend(auth.client_certificate.as_deref());
-        files.extend(auth.client_key.as_deref());
-        files.extend(auth.token_file.as_deref());
-    }
-    for file in files {
-        read(Path::new(file))?.hash(&mut hasher);
-    }
-    Ok(hasher.finish())
 }
 
 /// The hub's time, learnt from the `Date` header of the hub's responses and carried between
@@ -318,8 +181,7 @@ impl HubClock {
     }
 
     fn bounds(&self) -> Option<Bounds> {
-        // A poisoned lock still holds whole bounds: they are only ever replaced whole.
-        *self.inner.bounds.lock().unwrap_or_else(|e| e.into_inner())
+        *self.inner.bounds.lock()
     }
 
     /// Monotonic nanoseconds since the base.
@@ -385,7 +247,7 @@ impl HubClock {
             .saturating_add(SECOND_NS)
             .saturating_sub(self.mono(sent));
         let (previous, offset) = {
-            let mut guard = self.inner.bounds.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = self.inner.bounds.lock();
             let previous = *guard;
             let (low, high) = match previous {
                 Some(p) if p.low.max(low) < p.high.min(high) => (p.low.max(low), p.high.min(high)),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use ocm_runtime::write::{is_already_exists, is_not_found};
 
 /// Where the Lease lives and how often it is renewed.
 #[derive(Clone, Debug)]
@@ -45,7 +46,7 @@ pub async fn renew(
         .await
     {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => {
+        Err(e) if is_not_found(&e) => {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(settings.name.clone()),
@@ -65,7 +66,7 @@ pub async fn renew(
             match api.create(&params, &lease).await {
                 // Created meanwhile by another replica: renewed all the same.
                 Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) if is_already_exists(&e) => Ok(()),
                 Err(e) => Err(e),
             }
         }

@@ -5,13 +5,14 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use ocm_runtime::{Health, Leadership};
+use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::hub::HubClient;
@@ -317,9 +318,8 @@ impl<P: ScoreProvider> Runner<P> {
             .inc();
     }
 
-    fn lock_progress(&self) -> std::sync::MutexGuard<'_, Progress> {
-        // Two plain timestamps: nothing can be left half-written.
-        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_progress(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock()
     }
 }
 
@@ -455,7 +455,7 @@ async fn watchdog(
         tick.tick().await;
         let now = Instant::now();
         let (pass, computed) = {
-            let p = progress.lock().unwrap_or_else(|e| e.into_inner());
+            let p = progress.lock();
             (p.pass, p.computed)
         };
         if now - pass.unwrap_or(started) > stuck_after {

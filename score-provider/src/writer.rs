@@ -22,6 +22,9 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use ocm_api::cluster::v1alpha1::AddOnPlacementScoreFields;
 use ocm_api::wellknown::score::{CONDITION_UPDATED, MESSAGE_UPDATED, REASON_UPDATED};
 use ocm_api::{AddOnPlacementScore, conditions};
+use ocm_runtime::write::{
+    is_already_exists, is_conflict, is_not_found, is_unauthorized, is_unreachable, preconditioned,
+};
 use serde_json::json;
 use thiserror::Error;
 
@@ -69,9 +72,7 @@ pub enum WriteError {
 impl WriteError {
     fn from_kube(e: kube::Error) -> Self {
         match &e {
-            kube::Error::Api(s) if s.code == 401 || s.code == 429 || s.code >= 500 => {
-                WriteError::Hub(e)
-            }
+            kube::Error::Api(_) if is_unauthorized(&e) || is_unreachable(&e) => WriteError::Hub(e),
             kube::Error::Api(_) => WriteError::Refused(e),
             _ => WriteError::Hub(e),
         }
@@ -79,7 +80,7 @@ impl WriteError {
 
     /// Whether the hub said our credentials are not (or no longer) valid.
     pub fn is_unauthorized(&self) -> bool {
-        matches!(self, WriteError::Hub(kube::Error::Api(s)) if s.code == 401)
+        matches!(self, WriteError::Hub(e) if is_unauthorized(e))
     }
 }
 
@@ -246,9 +247,7 @@ async fn write_one(
             };
             return (Some(current), Ok(written));
         };
-        if let Some(rv) = &current.resource_version {
-            patch["metadata"] = json!({ "resourceVersion": rv });
-        }
+        patch = preconditioned(patch, current.resource_version.as_deref());
         let params = PatchParams::apply(&settings.manager);
         match api
             .patch_status(&settings.score_name, &params, &Patch::Merge(&patch))
@@ -265,8 +264,8 @@ async fn write_one(
                 };
                 return (Some(next), Ok(written));
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {
+            Err(e) if is_not_found(&e) => {}
+            Err(e) if is_conflict(&e) => {
                 tracing::debug!(
                     cluster,
                     "the status changed since it was read; reading it again"
@@ -317,7 +316,7 @@ async fn read_or_create(
     match api.create(&params, &obj).await {
         Ok(obj) => Ok((known_from(&obj), true)),
         // Created by someone else meanwhile (a second replica during a rollout).
-        Err(kube::Error::Api(s)) if s.code == 409 => {
+        Err(e) if is_already_exists(&e) => {
             let obj = api.get(name).await.map_err(WriteError::from_kube)?;
             Ok((known_from(&obj), false))
         }

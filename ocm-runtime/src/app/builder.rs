@@ -5,6 +5,7 @@
 //! ([`Running`]).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -12,6 +13,7 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
 
 use super::{AppError, Shutdown};
+use crate::client::follow::KubeconfigClient;
 use crate::client::{self, ClientArgs, ClientError, RateLimiter};
 use crate::leader::{LeaderArgs, Leadership};
 use crate::leader_gauge::LeaderGauge;
@@ -105,6 +107,18 @@ impl App {
             limiter,
             user_agent: self.user_agent.clone(),
         })
+    }
+
+    /// The hub client of an agent whose hub credentials are a kubeconfig file that is rotated
+    /// in place (OCM's `<addon>-hub-kubeconfig` secret): read from `path`, sending this
+    /// binary's user agent, without a client-side rate limit (an agent writes a few objects a
+    /// minute), rebuilt by [`KubeconfigClient::reload_if_changed`]. Wait for it as for
+    /// [`App::connect`]'s: `running.wait_for_hub(&hub.client(), &hub.server())`.
+    pub async fn follow_kubeconfig(
+        &self,
+        path: impl Into<PathBuf>,
+    ) -> Result<KubeconfigClient, AppError> {
+        Ok(KubeconfigClient::load(path, &self.user_agent).await?)
     }
 
     /// Binds `--metrics-bind-address` and serves `/metrics`, `/healthz` and `/readyz` until the

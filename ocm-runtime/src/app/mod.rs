@@ -1,10 +1,12 @@
 //! One startup path for every binary: the process ([`main`], [`block_on`]), then an [`App`]
 //! that sets up what every controller needs in the same order and the same way (logging, the
-//! stop signal, the metrics registry, the hub connection, `/metrics` + `/healthz` + `/readyz`,
-//! the wait for an unreachable hub, leader election with its gauge), so that each `main.rs`
-//! holds only its own flags and its controllers. The builder composes [`client`](crate::client), [`leader`](crate::leader),
-//! [`metrics`](crate::metrics), [`logging`](crate::logging), [`shutdown`](crate::shutdown) and
-//! [`memory`](crate::memory); it adds no behaviour of its own.
+//! stop signal, the metrics registry, the hub connection ([`App::connect`] from the client
+//! flags, or [`App::follow_kubeconfig`] for an agent's mounted hub kubeconfig), `/metrics` +
+//! `/healthz` + `/readyz`, the wait for an unreachable hub, leader election with its gauge),
+//! so that each `main.rs` holds only its own flags and its controllers. The builder composes
+//! [`client`](mod@crate::client), [`leader`](crate::leader), [`metrics`](crate::metrics),
+//! [`logging`](crate::logging), [`shutdown`](crate::shutdown) and [`memory`];
+//! it adds no behaviour of its own.
 //!
 //! ```no_run
 //! use clap::Parser;
@@ -50,6 +52,7 @@ use thiserror::Error;
 pub use builder::{App, Hub, Running};
 pub use wait::{Stopped, caused_by_unreachable, error_chain, unreachable};
 
+use crate::client::follow::FollowError;
 use crate::{ClientArgs, ClientError, LeaderArgs, LeaderError, LogArgs, LogError, ServeArgs};
 use crate::{ServeError, memory};
 
@@ -77,6 +80,8 @@ pub enum AppError {
     Log(#[from] LogError),
     #[error(transparent)]
     Client(#[from] ClientError),
+    #[error(transparent)]
+    Follow(#[from] FollowError),
     #[error(transparent)]
     Serve(#[from] ServeError),
     #[error(transparent)]

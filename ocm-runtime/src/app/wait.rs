@@ -37,7 +37,7 @@ pub fn unreachable(e: &kube::Error) -> bool {
     }
 }
 
-/// [`unreachable`] for the first Kubernetes client error in `e`'s chain (`e` itself or one of
+/// [`unreachable()`] for the first Kubernetes client error in `e`'s chain (`e` itself or one of
 /// its sources); `false` when there is none.
 pub fn caused_by_unreachable(e: &(dyn StdError + 'static)) -> bool {
     let mut current = Some(e);
@@ -86,7 +86,7 @@ impl Running {
     }
 
     /// Calls `op` until it ends with anything but an unreachable hub (an error whose chain
-    /// holds a Kubernetes client error [`unreachable`] accepts), and returns that. Meanwhile
+    /// holds a Kubernetes client error [`unreachable()`] accepts), and returns that. Meanwhile
     /// `/readyz` answers 503 `waiting for the hub apiserver at <server>: <last error>`, each
     /// failed attempt is a warning with its number, and the waits between attempts are the
     /// watches' ([`crate::watch::backoff`]: at most [`crate::watch::MAX_WAIT`]). For start-up

@@ -44,7 +44,7 @@ enum Attempt {
 
 impl LeaderElector {
     /// An elector for the Lease `namespace/lease_name`, as `identity` (unique per process; see
-    /// [`default_identity`]). Fails when the timings break client-go's rules.
+    /// [`default_identity`](super::default_identity)). Fails when the timings break client-go's rules.
     pub fn new(
         client: kube::Client,
         namespace: &str,

@@ -96,6 +96,33 @@ impl Leadership {
         .await
     }
 
+    /// Resolves once [`Self::is_leader`] may no longer be `leading` (at once if it is not):
+    /// [`Self::lost`] for `true`, [`Self::wait_leader`] for `false`. For a loop that acts on
+    /// every change of leadership without polling it:
+    ///
+    /// ```no_run
+    /// # async fn f(leadership: ocm_runtime::Leadership) {
+    /// loop {
+    ///     let leading = leadership.is_leader();
+    ///     // ... start or stop what only the leader does ...
+    ///     leadership.changes_from(leading).await;
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// With [`Leadership::always`] it never resolves for `true` and resolves at once for
+    /// `false`. The future owns a clone, so it borrows nothing and can be spawned.
+    pub fn changes_from(&self, leading: bool) -> impl Future<Output = ()> + Send + 'static {
+        let mut l = self.clone();
+        async move {
+            if leading {
+                l.lost().await;
+            } else {
+                l.wait_leader().await;
+            }
+        }
+    }
+
     /// [`Self::lost`] as the elector's news and the timer tell it.
     async fn ended(&mut self) {
         let Mode::Elected { rx, renew_deadline } = &mut self.mode else {
@@ -150,7 +177,7 @@ impl Leadership {
     /// runs as the request is handed to the connection, after any wait in a rate limiter
     /// layered outside it (its wait is in `poll_ready`), so a write planned while leading and
     /// held up until after the lease ran out is not sent. Each retry is a new request and is
-    /// checked again. A refused request fails with [`NotLeader`] (see [`is_not_leader`]).
+    /// checked again. A refused request fails with [`NotLeader`](super::NotLeader) (see [`is_not_leader`](super::is_not_leader)).
     ///
     /// The elector's own client must not carry it (it could never take the Lease), nor a client
     /// whose `POST`s write nothing a standby may not send (TokenReviews, SubjectAccessReviews).
@@ -289,5 +316,41 @@ mod tests {
         l.wait_leader().await;
         let lost = tokio::time::timeout(Duration::from_secs(3600), l.lost()).await;
         assert!(lost.is_err());
+        // What the controllers' "always the leader" stand-ins did: never a change from
+        // leading, at once from not leading.
+        let change = tokio::time::timeout(Duration::from_secs(3600), l.changes_from(true)).await;
+        assert!(change.is_err());
+        l.changes_from(false).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_from_follows_the_elector() {
+        let (tx, rx) = watch::channel(State {
+            renewed: None,
+            deposed: false,
+        });
+        let l = Leadership {
+            mode: Mode::Elected {
+                rx,
+                renew_deadline: Duration::from_secs(10),
+            },
+        };
+        // Not leading: a change from leading is there at once.
+        l.changes_from(true).await;
+        let became = tokio::spawn(l.changes_from(false));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!became.is_finished());
+        let start = Instant::now();
+        tx.send_replace(State {
+            renewed: Some(start),
+            deposed: false,
+        });
+        became.await.unwrap();
+        assert!(l.is_leader());
+        // Leading and no renew: the change comes at the renew deadline.
+        l.changes_from(true).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        assert!(!l.is_leader());
+        drop(tx);
     }
 }

@@ -29,6 +29,9 @@ pub use leadership::Leadership;
 pub use timings::LeaderTimings;
 pub use write_gate::{NotLeader, WriteGate, WriteGateLayer, is_not_leader};
 
+/// Moved to [`crate::flags::parse_duration`]; kept here while binaries still name it here.
+pub use crate::flags::parse_duration;
+
 /// Flags for leader election.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LeaderArgs {
@@ -53,13 +56,13 @@ pub struct LeaderArgs {
     pub leader_election_namespace: String,
     /// How long a standby waits, after the Lease last changed, before it takes the Lease
     /// (`15s`, `1m`, `1500ms`; a bare number is seconds).
-    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = crate::flags::parse_duration)]
     pub leader_election_lease_duration: Duration,
     /// How long the leader keeps leading without a successful renew.
-    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = crate::flags::parse_duration)]
     pub leader_election_renew_deadline: Duration,
     /// How often the leader renews and a standby tries to take over.
-    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = crate::flags::parse_duration)]
     pub leader_election_retry_period: Duration,
 }
 
@@ -140,22 +143,6 @@ pub async fn run_until_deposed(
     }
 }
 
-/// A duration flag: `15s`, `1m30s`, `500ms`, ISO 8601 (`PT15S`), or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let signed = match s.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 0.0 => {
-            return Duration::try_from_secs_f64(secs)
-                .map_err(|_| format!("{s:?} is too long a duration"));
-        }
-        Ok(_) => return Err(format!("{s:?} is not a duration")),
-        Err(_) => s
-            .parse::<jiff::SignedDuration>()
-            .map_err(|e| format!("{s:?} is not a duration (like 15s, 1m, 500ms): {e}"))?,
-    };
-    Duration::try_from(signed).map_err(|_| format!("{s:?} is negative"))
-}
-
 #[derive(Debug, Error)]
 pub enum LeaderError {
     #[error("invalid leader election timings: {0}")]
@@ -232,18 +219,6 @@ mod tests {
         let cli = Cli::try_parse_from(["x", "--leader-elect"]).unwrap();
         assert!(cli.leader.leader_elect);
         assert!(Cli::try_parse_from(["x", "--leader-election-retry-period=soon"]).is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("PT2S"), Ok(Duration::from_secs(2)));
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("-1").is_err());
-        assert!(parse_duration("NaN").is_err());
-        assert!(parse_duration("").is_err());
     }
 
     #[test]
