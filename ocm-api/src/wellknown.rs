@@ -281,7 +281,7 @@ pub mod score {
     pub const MESSAGE_UPDATED: &str = "AddOnPlacementScore updated successfully";
 
     /// Score names the resource-usage provider writes: upstream's current ones (node scope:
-    /// the freest single node; cluster scope: the sum) and seed 001's, equal to cluster scope.
+    /// the freest single node; cluster scope: the sum) and the older resource-usage add-on's, equal to cluster scope.
     pub mod names {
         pub const CPU_NODE: &str = "cpuNodeAvailable";
         pub const CPU_CLUSTER: &str = "cpuClusterAvailable";

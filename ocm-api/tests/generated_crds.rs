@@ -1,6 +1,6 @@
 //! The CRDs generated from our types (`crdgen`) install into a fresh apiserver (no upstream
-//! CRDs in it) and accept the seeds' objects: seed 000's Placements and AddOnPlacementScores,
-//! seed 003's Placements with decision groups. Their status goes through the status
+//! CRDs in it) and accept the design documents' objects: the extensible-scheduling enhancement's Placements and
+//! AddOnPlacementScores, the decision-strategy proposal's Placements with decision groups. Their status goes through the status
 //! subresource, and what is read back equals what was written.
 
 #![allow(clippy::unwrap_used)] // in a test, a failed unwrap is a failed test
@@ -29,7 +29,7 @@ async fn control_plane() -> &'static testenv::ControlPlane {
 async fn generated_crds_accept_the_seed_objects() {
     let cp = control_plane().await;
     let client = cp.client().unwrap();
-    let docs = fixture_docs("seeds.yaml");
+    let docs = fixture_docs("enhancements.yaml");
     assert_eq!(docs.len(), 8);
 
     let namespaces: BTreeSet<String> = docs
@@ -58,7 +58,7 @@ async fn generated_crds_accept_the_seed_objects() {
             "AddOnPlacementScore" => {
                 drop(serde_json::from_value::<ocm_api::AddOnPlacementScore>(doc.clone()).unwrap())
             }
-            other => panic!("unexpected kind {other} in seeds.yaml"),
+            other => panic!("unexpected kind {other} in enhancements.yaml"),
         }
 
         let mut spec_only = doc.clone();
@@ -85,7 +85,7 @@ async fn generated_crds_accept_the_seed_objects() {
     }
 }
 
-/// The apiserver fills the CRD defaults the seeds leave out; take them off again to compare.
+/// The apiserver fills the CRD defaults the design documents leave out; take them off again to compare.
 fn without_defaults(kind: &str, mut v: Value) -> Value {
     if kind == "Placement" {
         let spec = &mut v["spec"];

@@ -1,4 +1,4 @@
-//! The whole loop through upstream OCM's own agents (issue 21): a hub with OCM's registration
+//! The whole loop through upstream OCM's own agents: a hub with OCM's registration
 //! controller, the CSR signer and the add-on conversion webhook, and two managed clusters, each
 //! with its own apiserver and a real klusterlet agent (registration + work). Our scheduler and
 //! add-on manager run under the chart's RBAC.

@@ -1,7 +1,7 @@
 //! The whole loop on the local fleet: agents turn synthetic nodes and pods into scores, the
 //! scheduler turns scores into decisions. A burst of pods on the chosen cluster moves a
 //! Placement with numberOfClusters 1; a NoSelect taint on the chosen cluster
-//! fails it over to the backup (seed 000, story 3).
+//! fails it over to the backup (the disaster-recovery story of OCM's extensible-scheduling enhancement).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,4 +1,4 @@
-//! A CRD missing at start (issue 16 item 7): the scheduler, the add-on manager and a
+//! A CRD missing at start: the scheduler, the add-on manager and a
 //! resource-usage agent start against a hub without the AddOnPlacementScore and
 //! ClusterManagementAddOn CRDs. They keep running, `/readyz` answers 503 naming the missing CRD,
 //! and once the CRDs are installed they become ready and work (a Placement is scheduled, the

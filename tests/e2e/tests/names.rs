@@ -1,4 +1,4 @@
-//! Names that could collide (issue 16 item 7): clusters named like our own objects and
+//! Names that could collide: clusters named like our own objects and
 //! namespaces, and Placements named like another Placement's PlacementDecisions, on the local
 //! fleet (the hub's apiserver also plays every managed cluster, as on a hub that manages
 //! itself). Every cluster gets its add-on, its hub RoleBinding and its score; the Placements'

@@ -1,4 +1,4 @@
-//! A hub outage (issue 16 item 7), against the real binaries on one hub: the scheduler, the
+//! A hub outage, against the real binaries on one hub: the scheduler, the
 //! add-on manager and the hub scorer with leader election on, one resource-usage agent per
 //! cluster. The apiserver they use is killed for 60 s; meanwhile the test keeps writing through
 //! a second apiserver on the same etcd (a Placement and a score change), then compacts etcd, so
