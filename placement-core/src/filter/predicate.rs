@@ -7,9 +7,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use ocm_api::cluster::v1beta1::ClusterPredicate;
 use ocm_api::selector::Selector;
 
-use super::DropReason;
-use crate::limits::Deadline;
-use crate::snapshot::ClusterInfo;
+use super::{DropReason, FilterResult};
+use crate::limits::{self, Deadline};
+use crate::snapshot::{ClusterInfo, Snapshot};
 use crate::status::{Code, Status};
 use ocm_cel::{CelSelector, CompileError, PoolExhausted, ScoreSource};
 
@@ -232,6 +232,52 @@ impl Predicates {
             }
         }
         Ok(Some(DropReason::Predicates(misses)))
+    }
+}
+
+impl Predicates {
+    /// The Predicate filter within the pass's CEL budget ([`crate::limits`]): the cost pool is
+    /// shared by every cluster; the deadline is looked at every [`limits::DEADLINE_EVERY`]
+    /// clusters, after any cluster that took [`limits::DEADLINE_EVERY_UNITS`] or more since
+    /// the last look, and inside evaluations (every [`ocm_cel::DEADLINE_EVERY_UNITS`] units).
+    pub(crate) fn filter<'a>(
+        &self,
+        candidates: Vec<&'a ClusterInfo>,
+        snapshot: &Snapshot,
+        deadline: &dyn Deadline,
+    ) -> Result<(Vec<&'a ClusterInfo>, FilterResult), Status> {
+        let limits = snapshot.limits();
+        let cel = self.has_cel();
+        let mut pool = if cel { limits.cel_cost } else { u64::MAX };
+        let total = candidates.len();
+        let mut kept = Vec::with_capacity(total);
+        let mut dropped = Vec::new();
+        let mut pool_at_look = pool;
+        for (i, c) in candidates.into_iter().enumerate() {
+            let due = i % limits::DEADLINE_EVERY == 0
+                || pool_at_look.saturating_sub(pool) >= limits::DEADLINE_EVERY_UNITS;
+            if cel && due {
+                if deadline.passed() {
+                    return Err(limits::cel_budget_exceeded(&limits, true, i, total));
+                }
+                pool_at_look = pool;
+            }
+            match self.check(c, snapshot, &mut pool, deadline) {
+                Ok(None) => kept.push(c),
+                Ok(Some(why)) => dropped.push((c.name.clone(), why)),
+                Err(exhausted) => {
+                    let out_of_time = exhausted == PoolExhausted::Time;
+                    return Err(limits::cel_budget_exceeded(&limits, out_of_time, i, total));
+                }
+            }
+        }
+        Ok((
+            kept,
+            FilterResult {
+                name: NAME,
+                dropped,
+            },
+        ))
     }
 }
 

@@ -14,7 +14,12 @@ use ocm_api::cluster::v1alpha1::AddOnPlacementScore;
 use ocm_api::cluster::v1beta1::AddOnScore;
 use ocm_api::wellknown::limits;
 
+use super::Scored;
 use crate::snapshot::{ClusterInfo, MaxScoreValidity, ScoreCell, Snapshot};
+use crate::status::{Code, Status};
+
+/// Capped scores named one by one in a pass's notes; the rest are counted.
+const CAPPED_NOTES: usize = 10;
 
 /// When the hub last accepted a write of a score: the latest `managedFields` time of a write
 /// to its status (the apiserver sets it from its own clock on every write that changes a
@@ -205,4 +210,60 @@ pub fn score(
         out.scores.push(Some(value));
     }
     out
+}
+
+/// The AddOn prioritizer `name` as every prioritizer answers ([`Scored`]): expired scores make
+/// a Warning, clamped and capped ones notes, and the scores the bound has ended are reported.
+pub(crate) fn prioritize(
+    name: &str,
+    coord: &AddOnScore,
+    clusters: &[&ClusterInfo],
+    snapshot: &Snapshot,
+    now: Timestamp,
+) -> Scored {
+    let r = score(coord, clusters, snapshot, now);
+    let warning = (!r.expired.is_empty()).then(|| {
+        Status::new(
+            Code::Warning,
+            name,
+            format!("AddOnPlacementScores {} expired", r.expired.join(" ")),
+        )
+    });
+    let mut notes = Vec::new();
+    if !r.clamped.is_empty() {
+        notes.push(format!(
+            "{name}: values outside [-100, 100] clamped for {}",
+            r.clamped.join(", ")
+        ));
+    }
+    notes.extend(capped_notes(name, &r.capped, snapshot.max_score_validity()));
+    Scored {
+        scores: r.scores,
+        warning,
+        notes,
+        capped: r.capped.into_iter().filter(|c| now > c.until).collect(),
+        requeue_at: r.next_expiry,
+    }
+}
+
+/// A note for the first few capped scores only: a provider that writes far validity for the
+/// whole fleet would otherwise cost a formatted note per cluster on every pass. The outcome's
+/// list of ended scores keeps them all.
+fn capped_notes(name: &str, capped: &[CappedScore], bound: MaxScoreValidity) -> Vec<String> {
+    if capped.is_empty() {
+        return Vec::new();
+    }
+    let bound = bound.0.map_or_else(String::new, |b| format!("{b:#}"));
+    let mut notes: Vec<String> = capped
+        .iter()
+        .take(CAPPED_NOTES)
+        .map(|c| format!("{name}: validity capped ({bound} after it was written): {c}"))
+        .collect();
+    if capped.len() > CAPPED_NOTES {
+        notes.push(format!(
+            "{name}: validity capped ({bound} after it was written) for {} more scores",
+            capped.len() - CAPPED_NOTES
+        ));
+    }
+    notes
 }
