@@ -278,13 +278,43 @@ pub fn build(
     selected: &[&ClusterInfo],
     existing: &[&PlacementDecision],
 ) -> (Vec<Group>, Option<Status>) {
-    let total = selected.len();
-    let size = match group_length(strategy.clusters_per_decision_group.as_ref(), total) {
+    let size = match group_length(
+        strategy.clusters_per_decision_group.as_ref(),
+        selected.len(),
+    ) {
         Ok(l) => l,
         Err(st) => return (Vec::new(), Some(st)),
     };
+    let (named, broken) = named_groups(strategy);
+    // Without the unnamed rest when a selector is bad: upstream stops at the bad selector.
+    let class_count = named.len() + usize::from(broken.is_none());
+    let classes = classify(selected, &named);
+    let prev = Previous::read(placement, existing);
+    let mut claimed: HashSet<i64> = HashSet::new();
+    let mut built: Vec<Building> = Vec::new();
+    for (class, members) in classes.iter().enumerate().take(class_count) {
+        let class_name = named.get(class).map_or("", |g| g.name);
+        built.extend(layout_class(class_name, members, size, &prev, &mut claimed));
+    }
+    // At least one (empty) group, so that a placement that selects nothing has an object
+    // saying so (as upstream).
+    if built.is_empty() && broken.is_none() {
+        built.push(Building::new(""));
+    }
+    (name_objects(placement, built), broken)
+}
+
+/// A named decision group with its selectors.
+struct Named<'s> {
+    name: &'s str,
+    labels: Selector,
+    claims: Selector,
+}
+
+/// The named groups in spec order, up to the first whose selector is bad (and that one's
+/// problem).
+fn named_groups(strategy: &GroupStrategy) -> (Vec<Named<'_>>, Option<Status>) {
     let mut named = Vec::with_capacity(strategy.decision_groups.len());
-    let mut broken: Option<Status> = None;
     for g in &strategy.decision_groups {
         let s = &g.group_cluster_selector;
         let selectors = Selector::from_label_selector(&s.label_selector).and_then(|labels| {
@@ -294,43 +324,36 @@ pub fn build(
             ))
         });
         match selectors {
-            Ok((labels, claims)) => named.push((g.group_name.as_str(), labels, claims)),
-            Err(e) => {
-                broken = Some(Status::misconfigured("", e.to_string()));
-                break;
-            }
+            Ok((labels, claims)) => named.push(Named {
+                name: g.group_name.as_str(),
+                labels,
+                claims,
+            }),
+            Err(e) => return (named, Some(Status::misconfigured("", e.to_string()))),
         }
     }
+    (named, None)
+}
 
-    // Classes: named groups in spec order (first match wins), then the unnamed rest.
+/// Each cluster's class, in name order: the named group whose selectors it matches first,
+/// else the unnamed rest (the last class).
+fn classify<'c>(selected: &[&'c ClusterInfo], named: &[Named<'_>]) -> Vec<Vec<&'c ClusterInfo>> {
     let mut classes: Vec<Vec<&ClusterInfo>> = vec![Vec::new(); named.len() + 1];
-    let class_count = if broken.is_some() {
-        named.len()
-    } else {
-        named.len() + 1
-    };
     let mut ordered: Vec<&ClusterInfo> = selected.to_vec();
     ordered.sort_by(|a, b| a.name.cmp(&b.name));
     for c in ordered {
         let class = named
             .iter()
-            .position(|(_, l, cl)| l.matches(c.labels()) && cl.matches(&c.claims))
+            .position(|g| g.labels.matches(c.labels()) && g.claims.matches(&c.claims))
             .unwrap_or(named.len());
         classes[class].push(c);
     }
+    classes
+}
 
-    let prev = Previous::read(placement, existing);
-    let mut claimed: HashSet<i64> = HashSet::new();
-    let mut built: Vec<Building> = Vec::new();
-    for (class, members) in classes.iter().enumerate().take(class_count) {
-        let class_name = named.get(class).map_or("", |(n, _, _)| *n);
-        built.extend(layout_class(class_name, members, size, &prev, &mut claimed));
-    }
-    if built.is_empty() && broken.is_none() {
-        built.push(Building::new(""));
-    }
-
-    // Name the objects: kept ones keep their names, new ones take the lowest free k.
+/// Names the objects: kept ones keep their names, new ones take the lowest free `k`; groups
+/// are numbered in order.
+fn name_objects(placement: &str, mut built: Vec<Building>) -> Vec<Group> {
     let mut used: HashSet<String> = HashSet::new();
     for b in &mut built {
         settle_objects(b);
@@ -365,7 +388,7 @@ pub fn build(
             slices,
         });
     }
-    (groups, broken)
+    groups
 }
 
 /// Puts a cluster in the first object with room, or a new one.
