@@ -56,7 +56,7 @@ pub struct Group {
 }
 
 impl Group {
-    pub fn cluster_count(&self) -> usize {
+    pub(crate) fn cluster_count(&self) -> usize {
         self.slices.iter().map(|s| s.clusters.len()).sum()
     }
 }
@@ -70,7 +70,7 @@ pub struct Slice {
 
 /// Upstream's `calculateLength`: a count or a percentage (rounded up) of `total`; anything
 /// out of (0, total] means `total`.
-pub fn group_length(value: Option<&IntOrString>, total: usize) -> Result<usize, Status> {
+pub(crate) fn group_length(value: Option<&IntOrString>, total: usize) -> Result<usize, Status> {
     let length: i64 = match value {
         None => 0,
         Some(IntOrString::Int(n)) => i64::from(*n),
@@ -90,7 +90,7 @@ pub fn group_length(value: Option<&IntOrString>, total: usize) -> Result<usize, 
 }
 
 /// The `k` of `<placement>-decision-<k>`, if the name has that shape.
-pub fn decision_number(placement: &str, name: &str) -> Option<u32> {
+pub(crate) fn decision_number(placement: &str, name: &str) -> Option<u32> {
     let k = name.strip_prefix(placement)?.strip_prefix("-decision-")?;
     if k.starts_with('0') || k.starts_with('+') {
         return None;
@@ -98,7 +98,7 @@ pub fn decision_number(placement: &str, name: &str) -> Option<u32> {
     k.parse().ok().filter(|k| *k >= 1)
 }
 
-pub fn decision_name(placement: &str, k: u32) -> String {
+pub(crate) fn decision_name(placement: &str, k: u32) -> String {
     format!("{placement}-decision-{k}")
 }
 
@@ -272,7 +272,7 @@ fn settle_objects(b: &mut Building) {
 /// A bad `clustersPerDecisionGroup` yields no groups at all. A bad group selector yields the
 /// groups of the named groups before it and nothing else (upstream returns what it has built
 /// when it meets the bad selector); either way the status says what is wrong.
-pub fn build(
+pub(crate) fn build(
     placement: &str,
     strategy: &GroupStrategy,
     selected: &[&ClusterInfo],

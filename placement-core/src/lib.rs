@@ -14,9 +14,9 @@
 mod decisions;
 mod eligible;
 pub mod filter;
-pub mod groups;
+mod groups;
 pub mod limits;
-pub mod names;
+mod names;
 mod pass;
 pub mod plan;
 pub mod prioritize;
@@ -24,23 +24,22 @@ mod scheduler;
 pub mod select;
 pub mod snapshot;
 pub mod stability;
-pub mod status;
-pub mod visibility;
+mod status;
+mod visibility;
 
 use jiff::Timestamp;
 use ocm_api::wellknown::annotation;
 use ocm_api::{Placement, PlacementDecision, PlacementStatus};
 
 pub use filter::{DropReason, FilterResult};
-pub use groups::Group;
+pub use groups::{Group, Slice};
 pub use limits::{Deadline, Limits};
 pub use plan::{Event, EventType, PlannedWrite, Write};
 pub use prioritize::addon::CappedScore;
 pub use select::SpreadReport;
-pub use snapshot::{ClusterInfo, Name, ScoreFields, SetMembers, Snapshot};
+pub use snapshot::{ClusterInfo, Name, ScoreFields, Snapshot};
 pub use stability::HeldMove;
 pub use status::{Code, Limit, Status};
-pub use visibility::rate_limit;
 
 use decisions::Decided;
 use eligible::Eligible;

@@ -108,7 +108,7 @@ pub struct PlannedWrite {
 }
 
 /// What the events say about a status write.
-pub struct EventContext<'a> {
+pub(crate) struct EventContext<'a> {
     pub placement: &'a str,
     pub namespace: &'a str,
     /// `Some((message, plugin))` when the schedule ended with a Warning.
@@ -119,7 +119,7 @@ pub struct EventContext<'a> {
 
 /// The ScoreUpdate note: `<cluster>:<total> ` for every cluster in name order, cut before
 /// 1000 characters with `......` (upstream placement#40).
-pub fn score_note<'a>(totals: impl Iterator<Item = (&'a str, i64)>) -> Option<String> {
+pub(crate) fn score_note<'a>(totals: impl Iterator<Item = (&'a str, i64)>) -> Option<String> {
     const MAX: usize = 1000;
     let mut note = String::new();
     let mut any = false;
@@ -213,7 +213,7 @@ pub fn limit_event(previous: Option<&PlacementStatus>, outcome: &super::Outcome)
 }
 
 /// The labels of a decision object of `group`.
-pub fn labels(placement: &str, group: &Group) -> BTreeMap<String, String> {
+pub(crate) fn labels(placement: &str, group: &Group) -> BTreeMap<String, String> {
     BTreeMap::from([
         (label::PLACEMENT.to_owned(), placement.to_owned()),
         (
@@ -226,7 +226,7 @@ pub fn labels(placement: &str, group: &Group) -> BTreeMap<String, String> {
 
 /// The controller owner reference to the Placement (only when it has a uid, i.e. was read
 /// from a hub).
-pub fn owner(placement: &Placement) -> Option<OwnerReference> {
+pub(crate) fn owner(placement: &Placement) -> Option<OwnerReference> {
     Some(OwnerReference {
         api_version: format!("{}/v1beta1", ocm_api::wellknown::group::CLUSTER),
         kind: "Placement".to_owned(),
@@ -237,7 +237,7 @@ pub fn owner(placement: &Placement) -> Option<OwnerReference> {
     })
 }
 
-pub fn desired_object(
+pub(crate) fn desired_object(
     placement: &Placement,
     namespace: &str,
     name: &str,
@@ -313,7 +313,7 @@ fn ours_to_annotate(
 }
 
 /// Plans the writes from the `existing` objects (this placement's, by name) to `desired`.
-pub fn writes(
+pub(crate) fn writes(
     placement: &Placement,
     namespace: &str,
     existing: &[&PlacementDecision],
@@ -647,11 +647,13 @@ fn one_event_per_change(out: &mut [PlannedWrite]) {
 }
 
 /// The hub's PlacementDecisions as a sequence of writes leaves them: object -> clusters.
+#[cfg(test)]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Replay(pub BTreeMap<String, BTreeSet<String>>);
+pub(crate) struct Replay(pub BTreeMap<String, BTreeSet<String>>);
 
+#[cfg(test)]
 impl Replay {
-    pub fn new(existing: &[&PlacementDecision]) -> Self {
+    pub(crate) fn new(existing: &[&PlacementDecision]) -> Self {
         Self(
             existing
                 .iter()
@@ -665,7 +667,7 @@ impl Replay {
         )
     }
 
-    pub fn apply(&mut self, write: &Write) {
+    pub(crate) fn apply(&mut self, write: &Write) {
         let names = |ds: &[ClusterDecision]| ds.iter().map(|e| e.cluster_name.clone()).collect();
         match write {
             Write::Create(d) => {
@@ -687,14 +689,15 @@ impl Replay {
     }
 
     /// Every cluster in some object.
-    pub fn clusters(&self) -> BTreeSet<String> {
+    pub(crate) fn clusters(&self) -> BTreeSet<String> {
         self.0.values().flatten().cloned().collect()
     }
 }
 
 /// Replays `writes` over `existing` and checks that every cluster in both `existing` and the
 /// final state is in some object after every write, and no object holds more than 100.
-pub fn never_drops_kept(
+#[cfg(test)]
+pub(crate) fn never_drops_kept(
     existing: &[&PlacementDecision],
     writes: &[PlannedWrite],
 ) -> Result<(), String> {
@@ -723,9 +726,9 @@ pub fn never_drops_kept(
     Ok(())
 }
 
-/// A one-line summary of a write (`create <name>`, `status <name> <n>`, ...), for reports
-/// and tests.
-pub fn summary(w: &Write) -> String {
+/// A one-line summary of a write (`create <name>`, `status <name> <n>`, ...), for the tests.
+#[cfg(test)]
+pub(crate) fn summary(w: &Write) -> String {
     match w {
         Write::Create(_) => format!("create {}", w.decision_name()),
         Write::Status { name, status } => format!("status {name} {}", status.decisions.len()),

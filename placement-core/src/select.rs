@@ -30,11 +30,11 @@ use super::status::Status;
 
 pub const PLUGIN: &str = "SpreadConstraints";
 /// The weight of the spread benefit against the prioritizer totals (the maximum weight).
-pub const SPREAD_WEIGHT: i64 = 10;
+pub(crate) const SPREAD_WEIGHT: i64 = 10;
 
 /// A validated spread constraint.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Constraint {
+pub(crate) struct Constraint {
     pub topology_key: String,
     pub claim: bool,
     pub max_skew: u32,
@@ -42,7 +42,7 @@ pub struct Constraint {
 }
 
 impl Constraint {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "{} {} (maxSkew {}, {})",
             if self.claim { "claim" } else { "label" },
@@ -57,7 +57,7 @@ impl Constraint {
     }
 }
 
-pub fn constraints(terms: &[SpreadConstraintsTerm]) -> Result<Vec<Constraint>, Status> {
+pub(crate) fn constraints(terms: &[SpreadConstraintsTerm]) -> Result<Vec<Constraint>, Status> {
     if terms.len() > 8 {
         return Err(Status::misconfigured(
             PLUGIN,
@@ -106,7 +106,7 @@ pub fn constraints(terms: &[SpreadConstraintsTerm]) -> Result<Vec<Constraint>, S
 }
 
 /// Drops the clusters a `DoNotSchedule` constraint can never place (no topology value).
-pub fn missing_key(
+pub(crate) fn missing_key(
     constraints: &[Constraint],
     topologies: &[Arc<Topology>],
     cluster: &ClusterInfo,
@@ -124,7 +124,7 @@ pub fn missing_key(
 }
 
 /// The top `n` candidate indices by (total desc, name asc). Candidates are in name order.
-pub fn top_n(totals: &[i64], n: usize) -> Vec<usize> {
+pub(crate) fn top_n(totals: &[i64], n: usize) -> Vec<usize> {
     let key = |&i: &usize| (std::cmp::Reverse(totals[i]), i);
     let mut idx: Vec<usize> = (0..totals.len()).collect();
     if n < idx.len() {
@@ -160,7 +160,7 @@ pub struct SpreadReport {
 
 /// What the spread selection ranks candidates by.
 #[derive(Clone, Copy)]
-pub struct Ranking<'a> {
+pub(crate) struct Ranking<'a> {
     /// The prioritizer totals (what the report shows).
     pub totals: &'a [i64],
     /// What selection weighs: the totals, or the totals scaled by `scale` with bonuses
@@ -171,7 +171,7 @@ pub struct Ranking<'a> {
 }
 
 /// Selects up to `n` candidates one at a time. Returns candidate indices in pick order.
-pub fn spread(
+pub(crate) fn spread(
     constraints: &[Constraint],
     topologies: &[Arc<Topology>],
     candidates: &[&ClusterInfo],

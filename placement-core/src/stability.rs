@@ -44,7 +44,7 @@ use crate::status::Status;
 pub const ANNOTATION: &str = "scheduling.ocm-placement.io/stability";
 /// The PlacementDecision annotation that keeps their state (ours to write).
 pub const STATE_ANNOTATION: &str = "scheduling.ocm-placement.io/stability-state";
-pub const PLUGIN: &str = "Stability";
+pub(crate) const PLUGIN: &str = "Stability";
 
 const HOUR: SignedDuration = SignedDuration::from_hours(1);
 /// A bonus larger than any total: prioritizer weights are at most 10 in magnitude and
@@ -148,7 +148,7 @@ fn duration(text: &str) -> Option<SignedDuration> {
 /// The controls' state on the hub ([`STATE_ANNOTATION`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct State {
+pub(crate) struct State {
     /// Cluster -> when it was selected, for clusters selected within `minSelectedDuration`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub selected_since: BTreeMap<String, Timestamp>,
@@ -161,7 +161,7 @@ impl State {
     /// The state from this placement's PlacementDecisions: the annotation of the lowest
     /// numbered one that carries it. An unreadable one is no state (it only makes the
     /// controls forget, never move anything).
-    pub fn read(existing: &[&PlacementDecision]) -> State {
+    pub(crate) fn read(existing: &[&PlacementDecision]) -> State {
         raw(existing)
             .and_then(|v| serde_json::from_str(v).ok())
             .unwrap_or_default()
@@ -174,14 +174,14 @@ impl State {
             .filter(move |t| now.duration_since(*t) < HOUR && *t <= now)
     }
 
-    pub fn to_annotation(&self) -> String {
+    pub(crate) fn to_annotation(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
 }
 
 /// The state annotation as the hub holds it: that of the lowest numbered PlacementDecision
 /// that carries one.
-pub fn raw<'d>(existing: &[&'d PlacementDecision]) -> Option<&'d str> {
+pub(crate) fn raw<'d>(existing: &[&'d PlacementDecision]) -> Option<&'d str> {
     existing
         .iter()
         .filter_map(|d| {
@@ -223,7 +223,7 @@ enum Pin {
 
 /// What selection with the controls produced.
 #[derive(Debug, Default)]
-pub struct Selection {
+pub(crate) struct Selection {
     pub picked: Vec<usize>,
     pub spread: Option<SpreadReport>,
     pub held: Vec<HeldMove>,
@@ -235,12 +235,12 @@ pub struct Selection {
 
 /// A selection run: keys (totals with the incumbents' bonuses), and the factor by which the
 /// keys scale the totals (the spread benefit is weighed against totals and must scale too).
-pub type Select<'s> = dyn FnMut(&[i64], i64) -> (Vec<usize>, Option<SpreadReport>) + 's;
+pub(crate) type Select<'s> = dyn FnMut(&[i64], i64) -> (Vec<usize>, Option<SpreadReport>) + 's;
 
 /// Selection under `policy`. `names`, `incumbent` (in this placement's decisions) and
 /// `totals` are aligned with the feasible clusters; `select` is the placement's selection
 /// (top N or spread).
-pub fn select(
+pub(crate) fn select(
     policy: &Policy,
     state: &State,
     names: &[&Name],

@@ -43,7 +43,7 @@ pub enum Limit {
 
 impl Limit {
     /// The `PlacementSatisfied` reason (and the event reason).
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Limit::CelBudget => pc::reason::CEL_BUDGET_EXCEEDED,
             Limit::ListItems => pc::reason::LIST_LIMIT_EXCEEDED,
@@ -69,7 +69,7 @@ impl Status {
         }
     }
 
-    pub fn new(code: Code, plugin: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: Code, plugin: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             code,
             plugin: plugin.into(),
@@ -77,12 +77,12 @@ impl Status {
         }
     }
 
-    pub fn misconfigured(plugin: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn misconfigured(plugin: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(Code::Misconfigured, plugin, message)
     }
 
     /// Error, Misconfigured, Exceeded or Transient: scheduling stops and selects nothing.
-    pub fn is_error(&self) -> bool {
+    pub(crate) fn is_error(&self) -> bool {
         matches!(
             self.code,
             Code::Error | Code::Misconfigured | Code::Exceeded(_) | Code::Transient
@@ -92,7 +92,7 @@ impl Status {
     /// The current decisions stay: the inputs could not be read (Error), a limit stopped the
     /// pass (Exceeded), or a transient failure (Transient). Emptying them would make their
     /// consumers (the add-on manager) uninstall from every cluster.
-    pub fn keeps_decisions(&self) -> bool {
+    pub(crate) fn keeps_decisions(&self) -> bool {
         matches!(self.code, Code::Error | Code::Exceeded(_) | Code::Transient)
     }
 }

@@ -26,12 +26,12 @@ type CompiledCel = Result<Arc<CelSelector>, String>;
 
 /// The memory all cached CEL selectors may hold (their [`CelSelector::size`] plus their
 /// expressions).
-pub const CEL_CACHE_BYTES: usize = 64 << 20;
+pub(crate) const CEL_CACHE_BYTES: usize = 64 << 20;
 /// The memory the cached selectors of one namespace may hold: a namespace that needs more
 /// drops its own entries, never another namespace's.
-pub const CEL_CACHE_NAMESPACE_BYTES: usize = 16 << 20;
+pub(crate) const CEL_CACHE_NAMESPACE_BYTES: usize = 16 << 20;
 /// Entries one namespace may hold, however small.
-pub const CEL_CACHE_NAMESPACE_ENTRIES: usize = 1024;
+pub(crate) const CEL_CACHE_NAMESPACE_ENTRIES: usize = 1024;
 /// What an entry costs beyond its selector and expressions (the map slot, the key vector).
 const ENTRY_BYTES: usize = 256;
 
@@ -150,7 +150,7 @@ fn compile_cel(namespace: &str, expressions: &[String]) -> Result<Arc<CelSelecto
 }
 
 /// The compiled predicates of one Placement.
-pub struct Predicates {
+pub(crate) struct Predicates {
     compiled: Vec<Compiled>,
 }
 
@@ -159,7 +159,10 @@ impl Predicates {
     /// or CEL selectors holding more than [`ocm_cel::MAX_COMPILED_PLACEMENT_BYTES`] in all,
     /// make the Placement misconfigured; a compiler that could not run makes the pass
     /// [`Code::Transient`].
-    pub fn compile(namespace: &str, predicates: &[ClusterPredicate]) -> Result<Self, Status> {
+    pub(crate) fn compile(
+        namespace: &str,
+        predicates: &[ClusterPredicate],
+    ) -> Result<Self, Status> {
         let bad = |m: String| Status::misconfigured(NAME, m);
         let mut compiled = Vec::with_capacity(predicates.len());
         let mut cel_bytes = 0usize;
@@ -192,18 +195,14 @@ impl Predicates {
         Ok(Self { compiled })
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.compiled.is_empty()
-    }
-
     /// Whether any predicate has a CEL selector (the pass's CEL budget applies).
-    pub fn has_cel(&self) -> bool {
+    pub(crate) fn has_cel(&self) -> bool {
         self.compiled.iter().any(|p| p.cel.is_some())
     }
 
     /// `None` when the cluster passes; otherwise why each predicate refused it. CEL draws
     /// from `pool`, the pass's budget, within `deadline`; `Err` when either ran out.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         cluster: &ClusterInfo,
         scores: &dyn ScoreSource,

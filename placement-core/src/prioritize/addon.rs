@@ -42,7 +42,7 @@ pub fn written_at(meta: &ObjectMeta) -> Option<Timestamp> {
         .or_else(|| meta.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-pub struct AddOnScores {
+pub(crate) struct AddOnScores {
     pub scores: Vec<Option<i64>>,
     /// `<cluster>/<resourceName>` of the expired objects, in cluster order.
     pub expired: Vec<String>,
@@ -102,7 +102,7 @@ fn expiry(cell: &ScoreCell, bound: MaxScoreValidity, now: Timestamp) -> Expiry {
 /// `validUntil` or the bound after it was written, whichever is earlier. A write time in
 /// the future (a clock ahead of ours, or forged) counts as `now`; an unknown one (a file)
 /// too, so the bound never ends such a score at this instant.
-pub fn counts_until(
+pub(crate) fn counts_until(
     valid_until: Option<Timestamp>,
     written_at: Option<Timestamp>,
     bound: MaxScoreValidity,
@@ -157,7 +157,7 @@ pub fn renewal_changes_nothing(
     old_counts && lasts
 }
 
-pub fn score(
+pub(crate) fn score(
     coord: &AddOnScore,
     clusters: &[&ClusterInfo],
     snapshot: &Snapshot,

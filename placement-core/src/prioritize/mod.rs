@@ -4,9 +4,9 @@
 
 pub mod addon;
 pub mod affinity;
-pub mod balance;
-pub mod resource;
-pub mod steady;
+pub(crate) mod balance;
+pub(crate) mod resource;
+pub(crate) mod steady;
 
 use jiff::Timestamp;
 use ocm_api::cluster::v1beta1::{AddOnScore, PrioritizerConfig, PrioritizerPolicy};
