@@ -1,5 +1,6 @@
-//! Decision groups (seed 003; upstream `generateDecisionGroups`) and their PlacementDecision
-//! slices, kept stable across reschedules.
+//! Decision groups (upstream's `generateDecisionGroups`, from the placement-strategy proposal in
+//! open-cluster-management-io/enhancements `enhancements/sig-architecture/64-placementStrategy`)
+//! and their PlacementDecision slices, kept stable across reschedules.
 //!
 //! For a placement with no decisions yet the layout is exactly upstream's: named groups in
 //! spec order (first match claims a cluster), each cut into chunks of `clustersPerDecisionGroup`
@@ -26,7 +27,7 @@
 //! most of their current clusters first (lower index or `k` first on ties); a kept group over
 //! `size` keeps its first clusters by name. Every other cluster (newcomers, clusters whose
 //! class changed or whose container was not kept, the overflow) is placed in name order into
-//! the room left: the class's groups most recent first (seed 003's "special case handling"),
+//! the room left: the class's groups most recent first (the proposal's "special case handling"),
 //! then new groups; inside a group, its objects in `k` order, then new objects taking the
 //! lowest free `k`. Because the kept containers are the fullest and the rest fill room before
 //! opening anything, the counts come out minimal; and a layout that already satisfies the spec

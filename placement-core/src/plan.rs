@@ -2,11 +2,11 @@
 //! that get there without a kept cluster ever vanishing, and the events for each write.
 //!
 //! Upstream writes the objects one after another, so a cluster moving between objects can be
-//! in none of them for a moment (ocm issue #1346). Here a write that would drop a kept cluster
-//! from an object waits until the cluster is in its new object. When objects wait on each
-//! other in a cycle, one of them first grows to hold both its old and new clusters (if that
-//! fits in 100), or, failing that, the clusters in transit are parked in a temporary object
-//! that is deleted at the end.
+//! in none of them for a moment (`open-cluster-management-io/ocm#1346`). Here a write that
+//! would drop a kept cluster from an object waits until the cluster is in its new object. When
+//! objects wait on each other in a cycle, one of them first grows to hold both its old and new
+//! clusters (if that fits in 100), or, failing that, the clusters in transit are parked in a
+//! temporary object that is deleted at the end.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -118,7 +118,7 @@ pub(crate) struct EventContext<'a> {
 }
 
 /// The ScoreUpdate note: `<cluster>:<total> ` for every cluster in name order, cut before
-/// 1000 characters with `......` (upstream placement#40).
+/// 1000 characters with `......`, as upstream's `createOrUpdatePlacementDecision` cuts it.
 pub(crate) fn score_note<'a>(totals: impl Iterator<Item = (&'a str, i64)>) -> Option<String> {
     const MAX: usize = 1000;
     let mut note = String::new();

@@ -1,5 +1,7 @@
 //! Selection: the top N by total, or — with spread constraints — one cluster at a time by
-//! spread benefit plus total (seed 002's Selector phase; upstream never implemented it).
+//! spread benefit plus total: the Selector phase of upstream's spread-policy proposal
+//! (open-cluster-management-io/enhancements `enhancements/sig-architecture/70-spread-policy`),
+//! which upstream's scheduler never implemented.
 //!
 //! Spread, per constraint (a topology key from a label or a claim):
 //! - The domains are the key's values among the candidates. A domain's count is how many

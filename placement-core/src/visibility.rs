@@ -1,7 +1,8 @@
-//! Score visibility (ocm enhancement 225): `decisions[].score`, `sortBy` and
-//! `scoreRateLimit`. Score changes that do not change the selected set of clusters are not
-//! reflected in the decisions more often than `scoreRateLimit`: inside the window each cluster
-//! keeps the score last written for it (and `sortBy: Score` its order).
+//! Score visibility (upstream's proposal in open-cluster-management-io/enhancements
+//! `enhancements/sig-architecture/225-placement-score-visibility`): `decisions[].score`,
+//! `sortBy` and `scoreRateLimit`. Score changes that do not change the selected set of clusters
+//! are not reflected in the decisions more often than `scoreRateLimit`: inside the window each
+//! cluster keeps the score last written for it (and `sortBy: Score` its order).
 //!
 //! `lastScoreUpdateTime` marks when the current window began: the first score write after the
 //! previous window ended. A change of the selected set inside a window writes fresh scores

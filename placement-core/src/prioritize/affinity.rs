@@ -1,6 +1,7 @@
-//! Affinity and anti-affinity spread (seed 002, use case 4): prefer clusters in some
-//! topologies over others. Upstream's CRD has no field for it, so it is carried in the
-//! Placement annotation [`ANNOTATION`] as a JSON list:
+//! Affinity and anti-affinity spread (use case 4 of upstream's spread-policy proposal,
+//! open-cluster-management-io/enhancements `enhancements/sig-architecture/70-spread-policy`):
+//! prefer clusters in some topologies over others. Upstream's CRD has no field for it, so it is
+//! carried in the Placement annotation [`ANNOTATION`] as a JSON list:
 //!
 //! ```json
 //! [{"topologyKey": "provider", "topologyKeyType": "Label", "weight": 3,
