@@ -8,7 +8,7 @@
 //! (valid bindings, eligible cluster sets, available clusters: `eligible`), filter,
 //! prioritize and select (`scheduler`), the decision groups and PlacementDecisions and the
 //! writes that bind them (`decisions`), and the Placement status with its conditions
-//! ([`status`]). Where we go further than upstream (spread, stable groups, ordered writes,
+//! (`status`). Where we go further than upstream (spread, stable groups, ordered writes,
 //! score visibility, stability controls) the module says so.
 
 mod decisions;

@@ -4,7 +4,7 @@
 //! - a CEL budget for the whole pass, over all clusters: cost units (the same units as
 //!   upstream's per-expression limit and per-cluster budget, see [`ocm_cel`]) and wall
 //!   time. The core reads no clock: the caller passes a [`Deadline`], looked at every
-//!   [`DEADLINE_EVERY`] clusters or [`DEADLINE_EVERY_UNITS`] units, and inside an evaluation
+//!   `DEADLINE_EVERY` clusters or `DEADLINE_EVERY_UNITS` units, and inside an evaluation
 //!   every [`ocm_cel::DEADLINE_EVERY_UNITS`] units (so one cluster's expression cannot run
 //!   past it);
 //! - the number of list items in the spec. Upstream's CRD bounds only `spreadConstraints`

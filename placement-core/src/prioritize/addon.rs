@@ -120,10 +120,10 @@ pub(crate) fn counts_until(
 /// have stopped counting: the same items (CEL's `scores()` reads them, the AddOn prioritizer
 /// their values), the old version still counts, and the new one counts at least as long.
 /// Every placement that used the old version has a timer for when it stops counting
-/// ([`AddOnScores::next_expiry`]) and sees the new one then; until then its passes would
+/// (`AddOnScores::next_expiry`) and sees the new one then; until then its passes would
 /// come out the same. So an agent that renews its unchanged score every minute need not
 /// reschedule every placement that reads it. Both versions' ends come from the objects
-/// themselves ([`counts_until`]), as every pass reads them.
+/// themselves (`counts_until`), as every pass reads them.
 pub fn renewal_changes_nothing(
     old: Option<&AddOnPlacementScore>,
     new: Option<&AddOnPlacementScore>,

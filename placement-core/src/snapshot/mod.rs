@@ -235,7 +235,7 @@ type ByName<T> = Arc<BTreeMap<String, T>>;
 /// Every object the scheduler reads.
 ///
 /// Every index is behind an `Arc` (copied on the first change after a clone); those with an
-/// entry per cluster, score or placement are sharded or chunked (see [`cow`]), so that the copy
+/// entry per cluster, score or placement are sharded or chunked (see `cow`), so that the copy
 /// a change after a clone makes is a small part of the index.
 #[derive(Clone, Default)]
 pub struct Snapshot {

@@ -134,7 +134,7 @@ impl Snapshot {
         self.invalidate_columns();
     }
 
-    /// See [`MaxScoreValidity`]; the default is [`DEFAULT_MAX_SCORE_VALIDITY`].
+    /// See [`MaxScoreValidity`]; the default is ten minutes (`DEFAULT_MAX_SCORE_VALIDITY`).
     pub fn set_max_score_validity(&mut self, bound: MaxScoreValidity) {
         if self.max_score_validity != bound {
             // Columns carry no bound, but keep the rule simple: a new input, fresh caches.
