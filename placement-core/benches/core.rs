@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the scheduling core (issue figures go in the closing note):
+//! Criterion benchmarks of the scheduling core (docs/performance.md records their figures):
 //! - one Placement (Additive defaults + CPU + Memory + two AddOn scores, with and without one
 //!   spread constraint) over 1,000, 10,000 and 100,000 clusters;
 //! - one full pass of 10,000 Placements over 1,000 clusters in upstream's benchmark shape

@@ -1,5 +1,6 @@
-//! Decision groups (seed 003; upstream `generateDecisionGroups`) and their PlacementDecision
-//! slices, kept stable across reschedules.
+//! Decision groups (upstream's `generateDecisionGroups`, from the placement-strategy proposal in
+//! open-cluster-management-io/enhancements `enhancements/sig-architecture/64-placementStrategy`)
+//! and their PlacementDecision slices, kept stable across reschedules.
 //!
 //! For a placement with no decisions yet the layout is exactly upstream's: named groups in
 //! spec order (first match claims a cluster), each cut into chunks of `clustersPerDecisionGroup`
@@ -26,7 +27,7 @@
 //! most of their current clusters first (lower index or `k` first on ties); a kept group over
 //! `size` keeps its first clusters by name. Every other cluster (newcomers, clusters whose
 //! class changed or whose container was not kept, the overflow) is placed in name order into
-//! the room left: the class's groups most recent first (seed 003's "special case handling"),
+//! the room left: the class's groups most recent first (the proposal's "special case handling"),
 //! then new groups; inside a group, its objects in `k` order, then new objects taking the
 //! lowest free `k`. Because the kept containers are the fullest and the rest fill room before
 //! opening anything, the counts come out minimal; and a layout that already satisfies the spec
@@ -56,7 +57,7 @@ pub struct Group {
 }
 
 impl Group {
-    pub fn cluster_count(&self) -> usize {
+    pub(crate) fn cluster_count(&self) -> usize {
         self.slices.iter().map(|s| s.clusters.len()).sum()
     }
 }
@@ -70,7 +71,7 @@ pub struct Slice {
 
 /// Upstream's `calculateLength`: a count or a percentage (rounded up) of `total`; anything
 /// out of (0, total] means `total`.
-pub fn group_length(value: Option<&IntOrString>, total: usize) -> Result<usize, Status> {
+pub(crate) fn group_length(value: Option<&IntOrString>, total: usize) -> Result<usize, Status> {
     let length: i64 = match value {
         None => 0,
         Some(IntOrString::Int(n)) => i64::from(*n),
@@ -90,7 +91,7 @@ pub fn group_length(value: Option<&IntOrString>, total: usize) -> Result<usize, 
 }
 
 /// The `k` of `<placement>-decision-<k>`, if the name has that shape.
-pub fn decision_number(placement: &str, name: &str) -> Option<u32> {
+pub(crate) fn decision_number(placement: &str, name: &str) -> Option<u32> {
     let k = name.strip_prefix(placement)?.strip_prefix("-decision-")?;
     if k.starts_with('0') || k.starts_with('+') {
         return None;
@@ -98,7 +99,7 @@ pub fn decision_number(placement: &str, name: &str) -> Option<u32> {
     k.parse().ok().filter(|k| *k >= 1)
 }
 
-pub fn decision_name(placement: &str, k: u32) -> String {
+pub(crate) fn decision_name(placement: &str, k: u32) -> String {
     format!("{placement}-decision-{k}")
 }
 
@@ -272,19 +273,49 @@ fn settle_objects(b: &mut Building) {
 /// A bad `clustersPerDecisionGroup` yields no groups at all. A bad group selector yields the
 /// groups of the named groups before it and nothing else (upstream returns what it has built
 /// when it meets the bad selector); either way the status says what is wrong.
-pub fn build(
+pub(crate) fn build(
     placement: &str,
     strategy: &GroupStrategy,
     selected: &[&ClusterInfo],
     existing: &[&PlacementDecision],
 ) -> (Vec<Group>, Option<Status>) {
-    let total = selected.len();
-    let size = match group_length(strategy.clusters_per_decision_group.as_ref(), total) {
+    let size = match group_length(
+        strategy.clusters_per_decision_group.as_ref(),
+        selected.len(),
+    ) {
         Ok(l) => l,
         Err(st) => return (Vec::new(), Some(st)),
     };
+    let (named, broken) = named_groups(strategy);
+    // Without the unnamed rest when a selector is bad: upstream stops at the bad selector.
+    let class_count = named.len() + usize::from(broken.is_none());
+    let classes = classify(selected, &named);
+    let prev = Previous::read(placement, existing);
+    let mut claimed: HashSet<i64> = HashSet::new();
+    let mut built: Vec<Building> = Vec::new();
+    for (class, members) in classes.iter().enumerate().take(class_count) {
+        let class_name = named.get(class).map_or("", |g| g.name);
+        built.extend(layout_class(class_name, members, size, &prev, &mut claimed));
+    }
+    // At least one (empty) group, so that a placement that selects nothing has an object
+    // saying so (as upstream).
+    if built.is_empty() && broken.is_none() {
+        built.push(Building::new(""));
+    }
+    (name_objects(placement, built), broken)
+}
+
+/// A named decision group with its selectors.
+struct Named<'s> {
+    name: &'s str,
+    labels: Selector,
+    claims: Selector,
+}
+
+/// The named groups in spec order, up to the first whose selector is bad (and that one's
+/// problem).
+fn named_groups(strategy: &GroupStrategy) -> (Vec<Named<'_>>, Option<Status>) {
     let mut named = Vec::with_capacity(strategy.decision_groups.len());
-    let mut broken: Option<Status> = None;
     for g in &strategy.decision_groups {
         let s = &g.group_cluster_selector;
         let selectors = Selector::from_label_selector(&s.label_selector).and_then(|labels| {
@@ -294,43 +325,36 @@ pub fn build(
             ))
         });
         match selectors {
-            Ok((labels, claims)) => named.push((g.group_name.as_str(), labels, claims)),
-            Err(e) => {
-                broken = Some(Status::misconfigured("", e.to_string()));
-                break;
-            }
+            Ok((labels, claims)) => named.push(Named {
+                name: g.group_name.as_str(),
+                labels,
+                claims,
+            }),
+            Err(e) => return (named, Some(Status::misconfigured("", e.to_string()))),
         }
     }
+    (named, None)
+}
 
-    // Classes: named groups in spec order (first match wins), then the unnamed rest.
+/// Each cluster's class, in name order: the named group whose selectors it matches first,
+/// else the unnamed rest (the last class).
+fn classify<'c>(selected: &[&'c ClusterInfo], named: &[Named<'_>]) -> Vec<Vec<&'c ClusterInfo>> {
     let mut classes: Vec<Vec<&ClusterInfo>> = vec![Vec::new(); named.len() + 1];
-    let class_count = if broken.is_some() {
-        named.len()
-    } else {
-        named.len() + 1
-    };
     let mut ordered: Vec<&ClusterInfo> = selected.to_vec();
     ordered.sort_by(|a, b| a.name.cmp(&b.name));
     for c in ordered {
         let class = named
             .iter()
-            .position(|(_, l, cl)| l.matches(c.labels()) && cl.matches(&c.claims))
+            .position(|g| g.labels.matches(c.labels()) && g.claims.matches(&c.claims))
             .unwrap_or(named.len());
         classes[class].push(c);
     }
+    classes
+}
 
-    let prev = Previous::read(placement, existing);
-    let mut claimed: HashSet<i64> = HashSet::new();
-    let mut built: Vec<Building> = Vec::new();
-    for (class, members) in classes.iter().enumerate().take(class_count) {
-        let class_name = named.get(class).map_or("", |(n, _, _)| *n);
-        built.extend(layout_class(class_name, members, size, &prev, &mut claimed));
-    }
-    if built.is_empty() && broken.is_none() {
-        built.push(Building::new(""));
-    }
-
-    // Name the objects: kept ones keep their names, new ones take the lowest free k.
+/// Names the objects: kept ones keep their names, new ones take the lowest free `k`; groups
+/// are numbered in order.
+fn name_objects(placement: &str, mut built: Vec<Building>) -> Vec<Group> {
     let mut used: HashSet<String> = HashSet::new();
     for b in &mut built {
         settle_objects(b);
@@ -365,7 +389,7 @@ pub fn build(
             slices,
         });
     }
-    (groups, broken)
+    groups
 }
 
 /// Puts a cluster in the first object with room, or a new one.

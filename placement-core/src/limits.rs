@@ -4,7 +4,7 @@
 //! - a CEL budget for the whole pass, over all clusters: cost units (the same units as
 //!   upstream's per-expression limit and per-cluster budget, see [`ocm_cel`]) and wall
 //!   time. The core reads no clock: the caller passes a [`Deadline`], looked at every
-//!   [`DEADLINE_EVERY`] clusters or [`DEADLINE_EVERY_UNITS`] units, and inside an evaluation
+//!   `DEADLINE_EVERY` clusters or `DEADLINE_EVERY_UNITS` units, and inside an evaluation
 //!   every [`ocm_cel::DEADLINE_EVERY_UNITS`] units (so one cluster's expression cannot run
 //!   past it);
 //! - the number of list items in the spec. Upstream's CRD bounds only `spreadConstraints`
@@ -30,13 +30,13 @@ use ocm_cel::RUNTIME_COST_BUDGET;
 /// the machine's load (and `simulate` reproduces it).
 pub const DEFAULT_CEL_COST_BUDGET: u64 = 10 * RUNTIME_COST_BUDGET;
 /// The default CEL time budget of one pass.
-pub const DEFAULT_CEL_TIME_BUDGET: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CEL_TIME_BUDGET: Duration = Duration::from_secs(5);
 /// The default number of list items a spec may hold in all.
 pub const DEFAULT_MAX_LIST_ITEMS: usize = 1000;
 /// Clusters evaluated between two looks at the deadline (cheap selectors)...
-pub const DEADLINE_EVERY: usize = 16;
+pub(crate) const DEADLINE_EVERY: usize = 16;
 /// ...or units spent (expensive ones: a cluster may spend up to upstream's 10,000,000).
-pub const DEADLINE_EVERY_UNITS: u64 = ocm_cel::PER_CALL_LIMIT;
+pub(crate) const DEADLINE_EVERY_UNITS: u64 = ocm_cel::PER_CALL_LIMIT;
 
 /// The scheduler's limits on one pass (set once, from flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,14 +65,8 @@ impl Default for Limits {
 /// evaluation, every [`ocm_cel::DEADLINE_EVERY_UNITS`] units.
 pub use ocm_cel::Deadline;
 
-/// The CEL budget of one pass: what is left of the cost, and the deadline.
-pub struct CelBudget<'a> {
-    pub cost_left: u64,
-    pub deadline: &'a dyn Deadline,
-}
-
 /// The message of a pass stopped by its CEL budget after `done` of `total` clusters.
-pub fn cel_budget_exceeded(
+pub(crate) fn cel_budget_exceeded(
     limits: &Limits,
     out_of_time: bool,
     done: usize,
@@ -170,7 +164,7 @@ fn selector_lists(
 
 /// `Err` when the spec holds more list items than `limits` allows (or more spread constraints
 /// than the API does): the message names the largest list, its size and the limit.
-pub fn check_lists(spec: &PlacementSpec, limits: &Limits) -> Result<(), Status> {
+pub(crate) fn check_lists(spec: &PlacementSpec, limits: &Limits) -> Result<(), Status> {
     let exceeded = |m: String| Status::new(Code::Exceeded(Limit::ListItems), "", m);
     let spread = spec.spread_policy.spread_constraints.len();
     if spread > MAX_SPREAD_CONSTRAINTS {

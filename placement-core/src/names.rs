@@ -8,10 +8,10 @@
 use super::status::{Code, Status};
 
 /// The longest label value (Kubernetes' `validation.LabelValueMaxLength`).
-pub const MAX_LABEL_VALUE: usize = 63;
+pub(crate) const MAX_LABEL_VALUE: usize = 63;
 
 /// Whether PlacementDecisions of a Placement named `name` can be written.
-pub fn check(name: &str) -> Result<(), Status> {
+pub(crate) fn check(name: &str) -> Result<(), Status> {
     if name.len() <= MAX_LABEL_VALUE {
         return Ok(());
     }

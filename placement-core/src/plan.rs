@@ -2,11 +2,11 @@
 //! that get there without a kept cluster ever vanishing, and the events for each write.
 //!
 //! Upstream writes the objects one after another, so a cluster moving between objects can be
-//! in none of them for a moment (ocm issue #1346). Here a write that would drop a kept cluster
-//! from an object waits until the cluster is in its new object. When objects wait on each
-//! other in a cycle, one of them first grows to hold both its old and new clusters (if that
-//! fits in 100), or, failing that, the clusters in transit are parked in a temporary object
-//! that is deleted at the end.
+//! in none of them for a moment (`open-cluster-management-io/ocm#1346`). Here a write that
+//! would drop a kept cluster from an object waits until the cluster is in its new object. When
+//! objects wait on each other in a cycle, one of them first grows to hold both its old and new
+//! clusters (if that fits in 100), or, failing that, the clusters in transit are parked in a
+//! temporary object that is deleted at the end.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -108,7 +108,7 @@ pub struct PlannedWrite {
 }
 
 /// What the events say about a status write.
-pub struct EventContext<'a> {
+pub(crate) struct EventContext<'a> {
     pub placement: &'a str,
     pub namespace: &'a str,
     /// `Some((message, plugin))` when the schedule ended with a Warning.
@@ -118,8 +118,8 @@ pub struct EventContext<'a> {
 }
 
 /// The ScoreUpdate note: `<cluster>:<total> ` for every cluster in name order, cut before
-/// 1000 characters with `......` (upstream placement#40).
-pub fn score_note<'a>(totals: impl Iterator<Item = (&'a str, i64)>) -> Option<String> {
+/// 1000 characters with `......`, as upstream's `createOrUpdatePlacementDecision` cuts it.
+pub(crate) fn score_note<'a>(totals: impl Iterator<Item = (&'a str, i64)>) -> Option<String> {
     const MAX: usize = 1000;
     let mut note = String::new();
     let mut any = false;
@@ -213,7 +213,7 @@ pub fn limit_event(previous: Option<&PlacementStatus>, outcome: &super::Outcome)
 }
 
 /// The labels of a decision object of `group`.
-pub fn labels(placement: &str, group: &Group) -> BTreeMap<String, String> {
+pub(crate) fn labels(placement: &str, group: &Group) -> BTreeMap<String, String> {
     BTreeMap::from([
         (label::PLACEMENT.to_owned(), placement.to_owned()),
         (
@@ -226,7 +226,7 @@ pub fn labels(placement: &str, group: &Group) -> BTreeMap<String, String> {
 
 /// The controller owner reference to the Placement (only when it has a uid, i.e. was read
 /// from a hub).
-pub fn owner(placement: &Placement) -> Option<OwnerReference> {
+pub(crate) fn owner(placement: &Placement) -> Option<OwnerReference> {
     Some(OwnerReference {
         api_version: format!("{}/v1beta1", ocm_api::wellknown::group::CLUSTER),
         kind: "Placement".to_owned(),
@@ -237,7 +237,7 @@ pub fn owner(placement: &Placement) -> Option<OwnerReference> {
     })
 }
 
-pub fn desired_object(
+pub(crate) fn desired_object(
     placement: &Placement,
     namespace: &str,
     name: &str,
@@ -313,55 +313,232 @@ fn ours_to_annotate(
 }
 
 /// Plans the writes from the `existing` objects (this placement's, by name) to `desired`.
-pub fn writes(
+pub(crate) fn writes(
     placement: &Placement,
     namespace: &str,
     existing: &[&PlacementDecision],
     desired: &[PlacementDecision],
     ctx: &EventContext<'_>,
 ) -> Vec<PlannedWrite> {
-    let name_of = |d: &PlacementDecision| d.metadata.name.clone().unwrap_or_default();
-    let old: BTreeMap<String, &PlacementDecision> =
-        existing.iter().map(|d| (name_of(d), *d)).collect();
-    let members = |d: &PlacementDecision| -> BTreeSet<String> {
-        decision_entries(d)
-            .map(|e| e.cluster_name.clone())
+    let mut plan = Planner::new(placement, namespace, existing, desired, ctx);
+    let mut pending = plan.pending(desired);
+    while !pending.is_empty() {
+        if let Some(i) = plan.ready(&pending) {
+            plan.final_write(pending.remove(i));
+        } else if let Some(i) = plan.growable(&pending) {
+            plan.grow(pending[i]);
+        } else if !plan.park(pending[0]) {
+            break; // cannot happen: the object would have been ready
+        }
+    }
+    plan.delete_leftovers(desired);
+    let mut out = plan.out;
+    one_event_per_change(&mut out);
+    out
+}
+
+fn name_of(d: &PlacementDecision) -> String {
+    d.metadata.name.clone().unwrap_or_default()
+}
+
+fn members(d: &PlacementDecision) -> BTreeSet<String> {
+    decision_entries(d)
+        .map(|e| e.cluster_name.clone())
+        .collect()
+}
+
+/// The writes planned so far, and the hub as they leave it.
+struct Planner<'a> {
+    placement: &'a Placement,
+    namespace: &'a str,
+    ctx: &'a EventContext<'a>,
+    /// The objects before the pass, by name.
+    old: BTreeMap<String, &'a PlacementDecision>,
+    /// Clusters selected before and after: each must stay in some object throughout.
+    kept: BTreeSet<String>,
+    /// The hub as the writes leave it: object -> clusters.
+    state: BTreeMap<String, BTreeSet<String>>,
+    /// Objects grown to hold their old and new clusters at once, to break a cycle.
+    grown: BTreeSet<String>,
+    /// Temporary objects parking clusters in transit, deleted at the end.
+    spills: Vec<String>,
+    /// The highest `k` of `<placement>-decision-<k>` in use: a spill takes the next one.
+    spill_k: u32,
+    out: Vec<PlannedWrite>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(
+        placement: &'a Placement,
+        namespace: &'a str,
+        existing: &[&'a PlacementDecision],
+        desired: &[PlacementDecision],
+        ctx: &'a EventContext<'a>,
+    ) -> Self {
+        let old: BTreeMap<String, &PlacementDecision> =
+            existing.iter().map(|d| (name_of(d), *d)).collect();
+        let old_all: BTreeSet<String> = old.values().flat_map(|d| members(d)).collect();
+        let new_all: BTreeSet<String> = desired.iter().flat_map(members).collect();
+        let kept = old_all
+            .into_iter()
+            .filter(|c| new_all.contains(c))
+            .collect();
+        let state = old.iter().map(|(n, d)| (n.clone(), members(d))).collect();
+        let spill_k = desired
+            .iter()
+            .chain(old.values().copied())
+            .filter_map(|d| decision_number(ctx.placement, d.metadata.name.as_deref()?))
+            .max()
+            .unwrap_or(0);
+        Planner {
+            placement,
+            namespace,
+            ctx,
+            old,
+            kept,
+            state,
+            grown: BTreeSet::new(),
+            spills: Vec::new(),
+            spill_k,
+            out: Vec::new(),
+        }
+    }
+
+    /// The desired objects whose final write is due: new ones, and those whose decisions,
+    /// labels or annotations of ours differ from the hub's.
+    fn pending<'d>(&self, desired: &'d [PlacementDecision]) -> Vec<&'d PlacementDecision> {
+        desired
+            .iter()
+            .filter(|d| match self.old.get(&name_of(d)) {
+                None => true,
+                Some(o) => {
+                    !same_status(o, d)
+                        || o.metadata.labels != d.metadata.labels
+                        || !ours_to_annotate(o, d).is_empty()
+                }
+            })
             .collect()
-    };
-    let old_all: BTreeSet<String> = old.values().flat_map(|d| members(d)).collect();
-    let new_all: BTreeSet<String> = desired.iter().flat_map(members).collect();
-    // Clusters selected before and after: each must stay in some object throughout.
-    let kept: BTreeSet<&String> = old_all.intersection(&new_all).collect();
+    }
 
-    // The hub as the writes leave it: object -> clusters.
-    let mut state: BTreeMap<String, BTreeSet<String>> =
-        old.iter().map(|(n, d)| (n.clone(), members(d))).collect();
-    let present_elsewhere = |state: &BTreeMap<String, BTreeSet<String>>, c: &str, not: &str| {
-        state.iter().any(|(n, cs)| n != not && cs.contains(c))
-    };
+    /// Whether a cluster is in some object other than `not`.
+    fn present_elsewhere(&self, c: &str, not: &str) -> bool {
+        self.state.iter().any(|(n, cs)| n != not && cs.contains(c))
+    }
 
-    let mut out = Vec::new();
-    let status_write =
-        |out: &mut Vec<PlannedWrite>, name: &str, decisions: Vec<ClusterDecision>| {
-            // Only the scores (or their order) change: the decision itself did not, so no
-            // DecisionUpdate (but a Warning still says its news); ScoreUpdate says it.
-            let scores_only = old.get(name).is_some_and(|o| {
-                members(o) == decisions.iter().map(|e| e.cluster_name.clone()).collect()
-            });
-            let mut events = status_events(ctx, name);
-            if scores_only {
-                events.retain(|e| e.reason != ev::DECISION_UPDATE || e.type_ == EventType::Warning);
+    /// The kept clusters `d`'s final write would take out of its object and that are in no
+    /// other object yet (none while the object does not exist).
+    fn stranded<'s>(&'s self, d: &PlacementDecision) -> impl Iterator<Item = &'s String> + 's {
+        let name = name_of(d);
+        let target = members(d);
+        let current = self.state.get(&name).into_iter().flatten();
+        current.filter(move |c| {
+            !target.contains(*c) && self.kept.contains(*c) && !self.present_elsewhere(c, &name)
+        })
+    }
+
+    /// The first pending object whose final write strands no kept cluster.
+    fn ready(&self, pending: &[&PlacementDecision]) -> Option<usize> {
+        pending
+            .iter()
+            .position(|d| self.stranded(d).next().is_none())
+    }
+
+    /// The object's final write: created, or its status, labels and annotations of ours.
+    fn final_write(&mut self, d: &PlacementDecision) {
+        let name = name_of(d);
+        let grown = self.grown.contains(&name);
+        match self.old.get(&name).copied() {
+            None if !grown => self.create(d.clone()),
+            prev => {
+                if grown || prev.is_none_or(|o| !same_status(o, d)) {
+                    let decisions = d.status.clone().unwrap_or_default().decisions;
+                    self.status_write(&name, decisions);
+                }
+                // A grown object that did not exist was created with its final labels.
+                if let Some(o) = prev {
+                    self.relabel(o, d, &name);
+                    self.annotate(o, d, &name);
+                }
             }
-            out.push(PlannedWrite {
-                write: Write::Status {
-                    name: name.to_owned(),
-                    status: PlacementDecisionStatus { decisions },
-                },
-                events,
+        }
+        self.state.insert(name, members(d));
+    }
+
+    /// A pending object that may grow to hold its old and new clusters at once (at most
+    /// 100), to break a cycle of objects waiting on each other.
+    fn growable(&self, pending: &[&PlacementDecision]) -> Option<usize> {
+        pending.iter().position(|d| {
+            let name = name_of(d);
+            !self.grown.contains(&name)
+                && self.state.get(&name).map_or(0, |c| c.len()) + members(d).len()
+                    <= MAX_DECISIONS_PER_OBJECT
+        })
+    }
+
+    fn grow(&mut self, d: &PlacementDecision) {
+        let name = name_of(d);
+        let mut union: BTreeSet<String> = self.state.get(&name).cloned().unwrap_or_default();
+        union.extend(members(d));
+        let decisions = entries(&union);
+        if self.old.contains_key(&name) {
+            self.status_write(&name, decisions);
+        } else {
+            let mut obj = d.clone();
+            obj.status = Some(PlacementDecisionStatus { decisions });
+            self.create(obj);
+        }
+        self.grown.insert(name.clone());
+        self.state.insert(name, union);
+    }
+
+    /// Parks the kept clusters `d`'s final write would strand in new temporary objects;
+    /// `false` when there are none.
+    fn park(&mut self, d: &PlacementDecision) -> bool {
+        let transit: Vec<String> = self.stranded(d).cloned().collect();
+        for chunk in transit.chunks(MAX_DECISIONS_PER_OBJECT) {
+            self.spill_k = self.spill_k.saturating_add(1);
+            let spill = decision_name(self.ctx.placement, self.spill_k);
+            let labels = d.metadata.labels.clone().unwrap_or_default();
+            let object = desired_object(
+                self.placement,
+                self.namespace,
+                &spill,
+                labels,
+                entries(chunk),
+            );
+            self.create(object);
+            self.state
+                .insert(spill.clone(), chunk.iter().cloned().collect());
+            self.spills.push(spill);
+        }
+        !transit.is_empty()
+    }
+
+    /// Leftovers (and parked clusters) go last, once every kept cluster is in its new object.
+    fn delete_leftovers(&mut self, desired: &[PlacementDecision]) {
+        let wanted: BTreeSet<String> = desired.iter().map(name_of).collect();
+        let spills = std::mem::take(&mut self.spills);
+        let leftovers = self.old.keys().filter(|n| !wanted.contains(*n)).cloned();
+        for name in leftovers.chain(spills) {
+            self.out.push(PlannedWrite {
+                events: vec![Event {
+                    type_: EventType::Normal,
+                    reason: ev::DECISION_DELETE,
+                    action: ev::DECISION_DELETED,
+                    note: format!(
+                        "Decision {name} is deleted with placement {} in namespace {}",
+                        self.ctx.placement, self.ctx.namespace
+                    ),
+                    decision: name.clone(),
+                }],
+                write: Write::Delete { name },
             });
-        };
-    let create = |out: &mut Vec<PlannedWrite>, d: PlacementDecision| {
+        }
+    }
+
+    fn create(&mut self, d: PlacementDecision) {
         let name = name_of(&d);
+        let ctx = self.ctx;
         let mut events = vec![Event {
             type_: EventType::Normal,
             reason: ev::DECISION_CREATE,
@@ -384,165 +561,57 @@ pub fn writes(
                     .filter(|e| e.reason == ev::DECISION_UPDATE),
             );
         }
-        out.push(PlannedWrite {
+        self.out.push(PlannedWrite {
             write: Write::Create(Box::new(d)),
             events,
         });
-    };
-
-    // Objects whose final write is still due.
-    let mut pending: Vec<&PlacementDecision> = desired
-        .iter()
-        .filter(|d| match old.get(&name_of(d)) {
-            None => true,
-            Some(o) => {
-                !same_status(o, d)
-                    || o.metadata.labels != d.metadata.labels
-                    || !ours_to_annotate(o, d).is_empty()
-            }
-        })
-        .collect();
-    let mut grown: BTreeSet<String> = BTreeSet::new();
-    let mut spills: Vec<String> = Vec::new();
-    let mut spill_k = desired
-        .iter()
-        .chain(old.values().copied())
-        .filter_map(|d| decision_number(ctx.placement, d.metadata.name.as_deref()?))
-        .max()
-        .unwrap_or(0);
-
-    while !pending.is_empty() {
-        // Final writes whose dropped kept clusters are already somewhere else.
-        let ready = pending.iter().position(|d| {
-            let name = name_of(d);
-            let target = members(d);
-            state.get(&name).is_none_or(|cur| {
-                cur.iter()
-                    .filter(|c| !target.contains(*c) && kept.contains(c))
-                    .all(|c| present_elsewhere(&state, c, &name))
-            })
-        });
-        if let Some(i) = ready {
-            let d = pending.remove(i);
-            let name = name_of(d);
-            let decisions = d.status.clone().unwrap_or_default().decisions;
-            match old.get(&name) {
-                None if !grown.contains(&name) => create(&mut out, d.clone()),
-                prev => {
-                    if grown.contains(&name) || prev.is_none_or(|o| !same_status(o, d)) {
-                        status_write(&mut out, &name, decisions);
-                    }
-                    // A grown object that did not exist was created with its final labels.
-                    if let Some(o) = prev
-                        && o.metadata.labels != d.metadata.labels
-                    {
-                        out.push(PlannedWrite {
-                            write: Write::Labels {
-                                name: name.clone(),
-                                labels: d.metadata.labels.clone().unwrap_or_default(),
-                            },
-                            events: Vec::new(),
-                        });
-                    }
-                    if let Some(o) = prev {
-                        let annotations = ours_to_annotate(o, d);
-                        if !annotations.is_empty() {
-                            out.push(PlannedWrite {
-                                write: Write::Annotations {
-                                    name: name.clone(),
-                                    annotations,
-                                },
-                                events: Vec::new(),
-                            });
-                        }
-                    }
-                }
-            }
-            state.insert(name, members(d));
-            continue;
-        }
-        // A cycle: grow one object to old ∪ new if it fits, else park the clusters in transit.
-        let growable = pending.iter().position(|d| {
-            let name = name_of(d);
-            !grown.contains(&name)
-                && state.get(&name).map_or(0, |c| c.len()) + members(d).len()
-                    <= MAX_DECISIONS_PER_OBJECT
-        });
-        if let Some(i) = growable {
-            let d = pending[i];
-            let name = name_of(d);
-            let mut union: BTreeSet<String> = state.get(&name).cloned().unwrap_or_default();
-            union.extend(members(d));
-            let decisions = entries(&union);
-            if old.contains_key(&name) {
-                status_write(&mut out, &name, decisions);
-            } else {
-                let mut obj = d.clone();
-                obj.status = Some(PlacementDecisionStatus { decisions });
-                create(&mut out, obj);
-            }
-            grown.insert(name.clone());
-            state.insert(name, union);
-            continue;
-        }
-        // Park the kept clusters the first pending object would drop.
-        let d = pending[0];
-        let name = name_of(d);
-        let target = members(d);
-        let transit: Vec<String> = state
-            .get(&name)
-            .map(|cur| {
-                cur.iter()
-                    .filter(|c| {
-                        !target.contains(*c)
-                            && kept.contains(c)
-                            && !present_elsewhere(&state, c, &name)
-                    })
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        for chunk in transit.chunks(MAX_DECISIONS_PER_OBJECT) {
-            spill_k = spill_k.saturating_add(1);
-            let spill = decision_name(ctx.placement, spill_k);
-            let decisions = entries(chunk);
-            let labels = d.metadata.labels.clone().unwrap_or_default();
-            create(
-                &mut out,
-                desired_object(placement, namespace, &spill, labels, decisions),
-            );
-            state.insert(spill.clone(), chunk.iter().cloned().collect());
-            spills.push(spill);
-        }
-        if transit.is_empty() {
-            break; // cannot happen: the object would have been ready
-        }
     }
 
-    // Leftovers (and parked clusters) go last, once every kept cluster is in its new object.
-    let wanted: BTreeSet<String> = desired.iter().map(name_of).collect();
-    for name in old
-        .keys()
-        .filter(|n| !wanted.contains(*n))
-        .cloned()
-        .chain(spills)
-    {
-        out.push(PlannedWrite {
-            events: vec![Event {
-                type_: EventType::Normal,
-                reason: ev::DECISION_DELETE,
-                action: ev::DECISION_DELETED,
-                note: format!(
-                    "Decision {name} is deleted with placement {} in namespace {}",
-                    ctx.placement, ctx.namespace
-                ),
-                decision: name.clone(),
-            }],
-            write: Write::Delete { name },
+    fn status_write(&mut self, name: &str, decisions: Vec<ClusterDecision>) {
+        // Only the scores (or their order) change: the decision itself did not, so no
+        // DecisionUpdate (but a Warning still says its news); ScoreUpdate says it.
+        let scores_only = self.old.get(name).is_some_and(|o| {
+            members(o) == decisions.iter().map(|e| e.cluster_name.clone()).collect()
+        });
+        let mut events = status_events(self.ctx, name);
+        if scores_only {
+            events.retain(|e| e.reason != ev::DECISION_UPDATE || e.type_ == EventType::Warning);
+        }
+        self.out.push(PlannedWrite {
+            write: Write::Status {
+                name: name.to_owned(),
+                status: PlacementDecisionStatus { decisions },
+            },
+            events,
         });
     }
-    one_event_per_change(&mut out);
-    out
+
+    fn relabel(&mut self, old: &PlacementDecision, d: &PlacementDecision, name: &str) {
+        if old.metadata.labels == d.metadata.labels {
+            return;
+        }
+        self.out.push(PlannedWrite {
+            write: Write::Labels {
+                name: name.to_owned(),
+                labels: d.metadata.labels.clone().unwrap_or_default(),
+            },
+            events: Vec::new(),
+        });
+    }
+
+    fn annotate(&mut self, old: &PlacementDecision, d: &PlacementDecision, name: &str) {
+        let annotations = ours_to_annotate(old, d);
+        if annotations.is_empty() {
+            return;
+        }
+        self.out.push(PlannedWrite {
+            write: Write::Annotations {
+                name: name.to_owned(),
+                annotations,
+            },
+            events: Vec::new(),
+        });
+    }
 }
 
 /// Keeps one event per real change in a pass's writes:
@@ -578,11 +647,13 @@ fn one_event_per_change(out: &mut [PlannedWrite]) {
 }
 
 /// The hub's PlacementDecisions as a sequence of writes leaves them: object -> clusters.
+#[cfg(test)]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Replay(pub BTreeMap<String, BTreeSet<String>>);
+pub(crate) struct Replay(pub BTreeMap<String, BTreeSet<String>>);
 
+#[cfg(test)]
 impl Replay {
-    pub fn new(existing: &[&PlacementDecision]) -> Self {
+    pub(crate) fn new(existing: &[&PlacementDecision]) -> Self {
         Self(
             existing
                 .iter()
@@ -596,7 +667,7 @@ impl Replay {
         )
     }
 
-    pub fn apply(&mut self, write: &Write) {
+    pub(crate) fn apply(&mut self, write: &Write) {
         let names = |ds: &[ClusterDecision]| ds.iter().map(|e| e.cluster_name.clone()).collect();
         match write {
             Write::Create(d) => {
@@ -618,14 +689,15 @@ impl Replay {
     }
 
     /// Every cluster in some object.
-    pub fn clusters(&self) -> BTreeSet<String> {
+    pub(crate) fn clusters(&self) -> BTreeSet<String> {
         self.0.values().flatten().cloned().collect()
     }
 }
 
 /// Replays `writes` over `existing` and checks that every cluster in both `existing` and the
 /// final state is in some object after every write, and no object holds more than 100.
-pub fn never_drops_kept(
+#[cfg(test)]
+pub(crate) fn never_drops_kept(
     existing: &[&PlacementDecision],
     writes: &[PlannedWrite],
 ) -> Result<(), String> {
@@ -654,9 +726,9 @@ pub fn never_drops_kept(
     Ok(())
 }
 
-/// A one-line summary of a write (`create <name>`, `status <name> <n>`, ...), for reports
-/// and tests.
-pub fn summary(w: &Write) -> String {
+/// A one-line summary of a write (`create <name>`, `status <name> <n>`, ...), for the tests.
+#[cfg(test)]
+pub(crate) fn summary(w: &Write) -> String {
     match w {
         Write::Create(_) => format!("create {}", w.decision_name()),
         Write::Status { name, status } => format!("status {name} {}", status.decisions.len()),

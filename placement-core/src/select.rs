@@ -1,5 +1,7 @@
 //! Selection: the top N by total, or — with spread constraints — one cluster at a time by
-//! spread benefit plus total (seed 002's Selector phase; upstream never implemented it).
+//! spread benefit plus total: the Selector phase of upstream's spread-policy proposal
+//! (open-cluster-management-io/enhancements `enhancements/sig-architecture/70-spread-policy`),
+//! which upstream's scheduler never implemented.
 //!
 //! Spread, per constraint (a topology key from a label or a claim):
 //! - The domains are the key's values among the candidates. A domain's count is how many
@@ -30,11 +32,11 @@ use super::status::Status;
 
 pub const PLUGIN: &str = "SpreadConstraints";
 /// The weight of the spread benefit against the prioritizer totals (the maximum weight).
-pub const SPREAD_WEIGHT: i64 = 10;
+pub(crate) const SPREAD_WEIGHT: i64 = 10;
 
 /// A validated spread constraint.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Constraint {
+pub(crate) struct Constraint {
     pub topology_key: String,
     pub claim: bool,
     pub max_skew: u32,
@@ -42,7 +44,7 @@ pub struct Constraint {
 }
 
 impl Constraint {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "{} {} (maxSkew {}, {})",
             if self.claim { "claim" } else { "label" },
@@ -57,7 +59,7 @@ impl Constraint {
     }
 }
 
-pub fn constraints(terms: &[SpreadConstraintsTerm]) -> Result<Vec<Constraint>, Status> {
+pub(crate) fn constraints(terms: &[SpreadConstraintsTerm]) -> Result<Vec<Constraint>, Status> {
     if terms.len() > 8 {
         return Err(Status::misconfigured(
             PLUGIN,
@@ -106,7 +108,7 @@ pub fn constraints(terms: &[SpreadConstraintsTerm]) -> Result<Vec<Constraint>, S
 }
 
 /// Drops the clusters a `DoNotSchedule` constraint can never place (no topology value).
-pub fn missing_key(
+pub(crate) fn missing_key(
     constraints: &[Constraint],
     topologies: &[Arc<Topology>],
     cluster: &ClusterInfo,
@@ -124,7 +126,7 @@ pub fn missing_key(
 }
 
 /// The top `n` candidate indices by (total desc, name asc). Candidates are in name order.
-pub fn top_n(totals: &[i64], n: usize) -> Vec<usize> {
+pub(crate) fn top_n(totals: &[i64], n: usize) -> Vec<usize> {
     let key = |&i: &usize| (std::cmp::Reverse(totals[i]), i);
     let mut idx: Vec<usize> = (0..totals.len()).collect();
     if n < idx.len() {
@@ -160,7 +162,7 @@ pub struct SpreadReport {
 
 /// What the spread selection ranks candidates by.
 #[derive(Clone, Copy)]
-pub struct Ranking<'a> {
+pub(crate) struct Ranking<'a> {
     /// The prioritizer totals (what the report shows).
     pub totals: &'a [i64],
     /// What selection weighs: the totals, or the totals scaled by `scale` with bonuses
@@ -171,201 +173,293 @@ pub struct Ranking<'a> {
 }
 
 /// Selects up to `n` candidates one at a time. Returns candidate indices in pick order.
-pub fn spread(
+pub(crate) fn spread(
     constraints: &[Constraint],
     topologies: &[Arc<Topology>],
     candidates: &[&ClusterInfo],
     ranking: Ranking<'_>,
     n: usize,
 ) -> (Vec<usize>, SpreadReport) {
-    let Ranking {
-        totals,
-        keys,
-        scale,
-    } = ranking;
-    let k = constraints.len();
-    const NONE: u32 = Topology::NONE;
-    // Candidates grouped by their tuple of domains: within a group the spread benefit is the
-    // same, so only each group's best remaining member (its head) can win a round. Tuples are
-    // fixed arrays (at most 8 constraints), `NONE` where a cluster lacks the key.
-    let domain = |t: usize, c: &ClusterInfo| {
-        topologies[t]
-            .domain_of_slot
-            .get(c.slot)
-            .copied()
-            .unwrap_or(NONE)
-    };
-    let mut groups: Vec<([u32; 8], Vec<usize>, usize)> = Vec::new();
-    if k == 1 {
-        // One constraint: the domain id is the group (no hashing).
-        let mut group_of: Vec<Option<usize>> = vec![None; topologies[0].domains.len() + 1];
-        for (i, c) in candidates.iter().enumerate() {
-            let d = domain(0, c);
-            let slot = if d == NONE {
-                group_of.len() - 1
-            } else {
-                d as usize
-            };
-            let g = *group_of[slot].get_or_insert_with(|| {
-                let mut tuple = [NONE; 8];
-                tuple[0] = d;
-                groups.push((tuple, Vec::new(), 0));
-                groups.len() - 1
-            });
-            groups[g].1.push(i);
-        }
-    } else {
-        let mut group_of: HashMap<[u32; 8], usize> = HashMap::new();
-        for (i, c) in candidates.iter().enumerate() {
-            let mut tuple = [NONE; 8];
-            for (t, slot) in tuple.iter_mut().enumerate().take(k) {
-                *slot = domain(t, c);
-            }
-            let g = *group_of.entry(tuple).or_insert_with(|| {
-                groups.push((tuple, Vec::new(), 0));
-                groups.len() - 1
-            });
-            groups[g].1.push(i);
-        }
-    }
-    for (_, members, _) in &mut groups {
-        members.sort_by_key(|&i| (std::cmp::Reverse(keys[i]), i));
-    }
-    // Only domains some candidate is in count (for the minimum, as PodTopologySpread).
-    let domain_names: Vec<Vec<&str>> = topologies
-        .iter()
-        .map(|t| t.domains.iter().map(String::as_str).collect())
-        .collect();
-    let mut present: Vec<Vec<bool>> = topologies
-        .iter()
-        .map(|t| vec![false; t.domains.len()])
-        .collect();
-    for (tuple, _, _) in &groups {
-        for t in 0..k {
-            if tuple[t] != NONE {
-                present[t][tuple[t] as usize] = true;
-            }
-        }
-    }
-    let mut counts: Vec<Vec<u32>> = domain_names.iter().map(|d| vec![0; d.len()]).collect();
-    let bound = |t: usize, counts: &[Vec<u32>]| -> (u32, u32) {
-        let live = counts[t]
-            .iter()
-            .zip(&present[t])
-            .filter(|(_, p)| **p)
-            .map(|(c, _)| *c);
-        (live.clone().min().unwrap_or(0), live.max().unwrap_or(0))
-    };
+    let mut round = Rounds::new(constraints, topologies, candidates, ranking.keys);
     let mut picked = Vec::new();
     let mut report = SpreadReport {
         constraints: constraints.iter().map(Constraint::describe).collect(),
         ..SpreadReport::default()
     };
     while picked.len() < n {
-        let bounds: Vec<(u32, u32)> = (0..k).map(|t| bound(t, &counts)).collect();
-        // (raw benefit, head candidate, group)
-        let mut open: Vec<(i128, usize, usize)> = Vec::new();
-        let mut any_left = false;
-        for (g, (tuple, members, head)) in groups.iter().enumerate() {
-            let Some(&cand) = members.get(*head) else {
-                continue;
-            };
-            any_left = true;
-            let mut raw: i128 = 0;
-            let mut blocked = false;
-            for (t, con) in constraints.iter().enumerate() {
-                let (min, max) = bounds[t];
-                let s: i64 = match tuple[t] {
-                    NONE => -100,
-                    d => {
-                        let count = counts[t][d as usize];
-                        if con.hard && count + 1 - min > con.max_skew {
-                            blocked = true;
-                        }
-                        if max == min {
-                            100
-                        } else {
-                            100 - 200 * i64::from(count - min) / i64::from(max - min)
-                        }
-                    }
-                };
-                raw = raw * 201 + i128::from(s + 100);
-            }
-            if !blocked {
-                open.push((raw, cand, g));
-            }
-        }
+        let open = round.open();
         if open.is_empty() {
-            if any_left {
-                let why: Vec<String> = constraints
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| c.hard)
-                    .map(|(t, c)| {
-                        format!(
-                            "{}: {}",
-                            c.describe(),
-                            domain_summary(&domain_names[t], &counts[t], &present[t])
-                        )
-                    })
-                    .collect();
-                report.stopped = Some(format!(
-                    "spread constraints allow no more clusters ({})",
-                    why.join("; ")
-                ));
+            if round.any_left() {
+                report.stopped = Some(round.why_stopped());
             }
             break;
         }
-        let (lo, hi) = open
-            .iter()
-            .fold((i128::MAX, i128::MIN), |(lo, hi), (r, _, _)| {
-                (lo.min(*r), hi.max(*r))
-            });
-        let Some((benefit, cand, g)) = open
-            .iter()
-            .map(|(raw, cand, g)| {
-                let benefit = if hi == lo {
-                    0
-                } else {
-                    normalise(*raw as f64, lo as f64, hi as f64)
-                };
-                (benefit, *cand, *g)
-            })
-            .max_by_key(|&(benefit, cand, _)| {
-                (
-                    SPREAD_WEIGHT * scale * benefit + keys[cand],
-                    std::cmp::Reverse(cand),
-                )
-            })
-        else {
+        let Some((benefit, cand, g)) = best(&open, ranking) else {
             break;
         };
-        let (tuple, _, head) = &mut groups[g];
-        *head += 1;
-        for (t, d) in tuple.iter().take(k).enumerate() {
-            if *d != NONE {
-                counts[t][*d as usize] += 1;
-            }
-        }
+        round.pick(g);
         picked.push(cand);
         report.picks.push(Pick {
             cluster: candidates[cand].name.clone(),
             benefit,
-            total: totals[cand],
+            total: ranking.totals[cand],
         });
     }
-    report.domains = (0..k)
-        .map(|t| {
-            domain_names[t]
-                .iter()
-                .zip(&counts[t])
-                .zip(&present[t])
-                .filter(|(_, p)| **p)
-                .map(|((n, c), _)| ((*n).to_owned(), *c))
-                .collect()
-        })
-        .collect();
+    report.domains = round.domains();
     (picked, report)
+}
+
+/// A domain id per constraint (at most 8), [`Topology::NONE`] where a cluster lacks the key.
+type Tuple = [u32; 8];
+
+/// Candidates that share a tuple of domains: within such a group the spread benefit is the
+/// same, so only its best remaining member (its head) can win a round.
+struct Bucket {
+    tuple: Tuple,
+    /// Candidate indices, best key first (then lower index).
+    members: Vec<usize>,
+    /// How many members were picked.
+    head: usize,
+}
+
+/// A bucket's head that a round may pick: (raw benefit, candidate, bucket).
+type Open = (i128, usize, usize);
+
+/// The state of the spread selection between rounds.
+struct Rounds<'c> {
+    constraints: &'c [Constraint],
+    groups: Vec<Bucket>,
+    /// Per constraint: domain names by id.
+    domain_names: Vec<Vec<&'c str>>,
+    /// Per constraint and domain: whether some candidate is in it. Only those count (for the
+    /// minimum, as PodTopologySpread).
+    present: Vec<Vec<bool>>,
+    /// Per constraint and domain: clusters chosen in it so far.
+    counts: Vec<Vec<u32>>,
+}
+
+impl<'c> Rounds<'c> {
+    fn new(
+        constraints: &'c [Constraint],
+        topologies: &'c [Arc<Topology>],
+        candidates: &[&ClusterInfo],
+        keys: &[i64],
+    ) -> Self {
+        let mut groups = group_candidates(topologies, candidates, constraints.len());
+        for g in &mut groups {
+            g.members.sort_by_key(|&i| (std::cmp::Reverse(keys[i]), i));
+        }
+        let domain_names: Vec<Vec<&str>> = topologies
+            .iter()
+            .map(|t| t.domains.iter().map(String::as_str).collect())
+            .collect();
+        let mut present: Vec<Vec<bool>> = topologies
+            .iter()
+            .map(|t| vec![false; t.domains.len()])
+            .collect();
+        for g in &groups {
+            for (t, d) in g.tuple.iter().take(constraints.len()).enumerate() {
+                if *d != Topology::NONE {
+                    present[t][*d as usize] = true;
+                }
+            }
+        }
+        let counts = domain_names.iter().map(|d| vec![0; d.len()]).collect();
+        Rounds {
+            constraints,
+            groups,
+            domain_names,
+            present,
+            counts,
+        }
+    }
+
+    /// The fewest and most clusters chosen in a domain of constraint `t` that counts.
+    fn bounds(&self, t: usize) -> (u32, u32) {
+        let live = self.counts[t]
+            .iter()
+            .zip(&self.present[t])
+            .filter(|(_, p)| **p)
+            .map(|(c, _)| *c);
+        (live.clone().min().unwrap_or(0), live.max().unwrap_or(0))
+    }
+
+    /// The heads no `DoNotSchedule` constraint refuses, each with its raw benefit: per
+    /// constraint 100 for the emptiest domain down to −100 for the fullest (−100 without the
+    /// key), combined lexicographically, earlier constraints first.
+    fn open(&self) -> Vec<Open> {
+        let bounds: Vec<(u32, u32)> = (0..self.constraints.len())
+            .map(|t| self.bounds(t))
+            .collect();
+        self.groups
+            .iter()
+            .enumerate()
+            .filter_map(|(g, group)| {
+                let cand = *group.members.get(group.head)?;
+                let raw = self.raw_benefit(&group.tuple, &bounds)?;
+                Some((raw, cand, g))
+            })
+            .collect()
+    }
+
+    /// `None` when a `DoNotSchedule` constraint refuses the tuple: its domain would exceed
+    /// `maxSkew` (PodTopologySpread's `count + 1 − min > maxSkew`).
+    fn raw_benefit(&self, tuple: &Tuple, bounds: &[(u32, u32)]) -> Option<i128> {
+        let mut raw: i128 = 0;
+        let mut blocked = false;
+        for (t, con) in self.constraints.iter().enumerate() {
+            let (min, max) = bounds[t];
+            let s: i64 = match tuple[t] {
+                Topology::NONE => -100,
+                d => {
+                    let count = self.counts[t][d as usize];
+                    if con.hard && count + 1 - min > con.max_skew {
+                        blocked = true;
+                    }
+                    if max == min {
+                        100
+                    } else {
+                        100 - 200 * i64::from(count - min) / i64::from(max - min)
+                    }
+                }
+            };
+            raw = raw * 201 + i128::from(s + 100);
+        }
+        (!blocked).then_some(raw)
+    }
+
+    fn any_left(&self) -> bool {
+        self.groups.iter().any(|g| g.head < g.members.len())
+    }
+
+    /// Why selection stopped while candidates were left: each `DoNotSchedule` constraint
+    /// with its domains' counts.
+    fn why_stopped(&self) -> String {
+        let why: Vec<String> = self
+            .constraints
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.hard)
+            .map(|(t, c)| {
+                let domains =
+                    domain_summary(&self.domain_names[t], &self.counts[t], &self.present[t]);
+                format!("{}: {domains}", c.describe())
+            })
+            .collect();
+        format!(
+            "spread constraints allow no more clusters ({})",
+            why.join("; ")
+        )
+    }
+
+    /// Takes group `g`'s head: its domains count one more.
+    fn pick(&mut self, g: usize) {
+        let k = self.constraints.len();
+        let group = &mut self.groups[g];
+        group.head += 1;
+        for (t, d) in group.tuple.iter().take(k).enumerate() {
+            if *d != Topology::NONE {
+                self.counts[t][*d as usize] += 1;
+            }
+        }
+    }
+
+    /// Per constraint: each domain some candidate is in, with the clusters chosen in it.
+    fn domains(&self) -> Vec<BTreeMap<String, u32>> {
+        (0..self.constraints.len())
+            .map(|t| {
+                self.domain_names[t]
+                    .iter()
+                    .zip(&self.counts[t])
+                    .zip(&self.present[t])
+                    .filter(|(_, p)| **p)
+                    .map(|((n, c), _)| ((*n).to_owned(), *c))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// The candidates grouped by their tuple of domains over the first `k` topologies, groups in
+/// the order of their first member.
+fn group_candidates(
+    topologies: &[Arc<Topology>],
+    candidates: &[&ClusterInfo],
+    k: usize,
+) -> Vec<Bucket> {
+    let domain = |t: usize, c: &ClusterInfo| {
+        topologies[t]
+            .domain_of_slot
+            .get(c.slot)
+            .copied()
+            .unwrap_or(Topology::NONE)
+    };
+    let mut groups: Vec<Bucket> = Vec::new();
+    if k == 1 {
+        // One constraint: the domain id is the group (no hashing).
+        let mut group_of: Vec<Option<usize>> = vec![None; topologies[0].domains.len() + 1];
+        for (i, c) in candidates.iter().enumerate() {
+            let d = domain(0, c);
+            let slot = if d == Topology::NONE {
+                group_of.len() - 1
+            } else {
+                d as usize
+            };
+            let g = *group_of[slot].get_or_insert_with(|| {
+                let mut tuple = [Topology::NONE; 8];
+                tuple[0] = d;
+                new_group(&mut groups, tuple)
+            });
+            groups[g].members.push(i);
+        }
+    } else {
+        let mut group_of: HashMap<Tuple, usize> = HashMap::new();
+        for (i, c) in candidates.iter().enumerate() {
+            let mut tuple = [Topology::NONE; 8];
+            for (t, slot) in tuple.iter_mut().enumerate().take(k) {
+                *slot = domain(t, c);
+            }
+            let g = *group_of
+                .entry(tuple)
+                .or_insert_with(|| new_group(&mut groups, tuple));
+            groups[g].members.push(i);
+        }
+    }
+    groups
+}
+
+fn new_group(groups: &mut Vec<Bucket>, tuple: Tuple) -> usize {
+    groups.push(Bucket {
+        tuple,
+        members: Vec::new(),
+        head: 0,
+    });
+    groups.len() - 1
+}
+
+/// The open head with the highest `SPREAD_WEIGHT × scale × benefit + key` (then the lower
+/// index), with its benefit normalised to [−100, 100] over the open heads.
+fn best(open: &[Open], ranking: Ranking<'_>) -> Option<(i64, usize, usize)> {
+    let (lo, hi) = open
+        .iter()
+        .fold((i128::MAX, i128::MIN), |(lo, hi), (r, _, _)| {
+            (lo.min(*r), hi.max(*r))
+        });
+    open.iter()
+        .map(|(raw, cand, g)| {
+            let benefit = if hi == lo {
+                0
+            } else {
+                normalise(*raw as f64, lo as f64, hi as f64)
+            };
+            (benefit, *cand, *g)
+        })
+        .max_by_key(|&(benefit, cand, _)| {
+            (
+                SPREAD_WEIGHT * ranking.scale * benefit + ranking.keys[cand],
+                std::cmp::Reverse(cand),
+            )
+        })
 }
 
 fn domain_summary(names: &[&str], counts: &[u32], present: &[bool]) -> String {

@@ -44,7 +44,7 @@ use crate::status::Status;
 pub const ANNOTATION: &str = "scheduling.ocm-placement.io/stability";
 /// The PlacementDecision annotation that keeps their state (ours to write).
 pub const STATE_ANNOTATION: &str = "scheduling.ocm-placement.io/stability-state";
-pub const PLUGIN: &str = "Stability";
+pub(crate) const PLUGIN: &str = "Stability";
 
 const HOUR: SignedDuration = SignedDuration::from_hours(1);
 /// A bonus larger than any total: prioritizer weights are at most 10 in magnitude and
@@ -148,7 +148,7 @@ fn duration(text: &str) -> Option<SignedDuration> {
 /// The controls' state on the hub ([`STATE_ANNOTATION`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct State {
+pub(crate) struct State {
     /// Cluster -> when it was selected, for clusters selected within `minSelectedDuration`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub selected_since: BTreeMap<String, Timestamp>,
@@ -161,7 +161,7 @@ impl State {
     /// The state from this placement's PlacementDecisions: the annotation of the lowest
     /// numbered one that carries it. An unreadable one is no state (it only makes the
     /// controls forget, never move anything).
-    pub fn read(existing: &[&PlacementDecision]) -> State {
+    pub(crate) fn read(existing: &[&PlacementDecision]) -> State {
         raw(existing)
             .and_then(|v| serde_json::from_str(v).ok())
             .unwrap_or_default()
@@ -174,14 +174,14 @@ impl State {
             .filter(move |t| now.duration_since(*t) < HOUR && *t <= now)
     }
 
-    pub fn to_annotation(&self) -> String {
+    pub(crate) fn to_annotation(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
 }
 
 /// The state annotation as the hub holds it: that of the lowest numbered PlacementDecision
 /// that carries one.
-pub fn raw<'d>(existing: &[&'d PlacementDecision]) -> Option<&'d str> {
+pub(crate) fn raw<'d>(existing: &[&'d PlacementDecision]) -> Option<&'d str> {
     existing
         .iter()
         .filter_map(|d| {
@@ -223,7 +223,7 @@ enum Pin {
 
 /// What selection with the controls produced.
 #[derive(Debug, Default)]
-pub struct Selection {
+pub(crate) struct Selection {
     pub picked: Vec<usize>,
     pub spread: Option<SpreadReport>,
     pub held: Vec<HeldMove>,
@@ -235,12 +235,12 @@ pub struct Selection {
 
 /// A selection run: keys (totals with the incumbents' bonuses), and the factor by which the
 /// keys scale the totals (the spread benefit is weighed against totals and must scale too).
-pub type Select<'s> = dyn FnMut(&[i64], i64) -> (Vec<usize>, Option<SpreadReport>) + 's;
+pub(crate) type Select<'s> = dyn FnMut(&[i64], i64) -> (Vec<usize>, Option<SpreadReport>) + 's;
 
 /// Selection under `policy`. `names`, `incumbent` (in this placement's decisions) and
 /// `totals` are aligned with the feasible clusters; `select` is the placement's selection
 /// (top N or spread).
-pub fn select(
+pub(crate) fn select(
     policy: &Policy,
     state: &State,
     names: &[&Name],
@@ -249,122 +249,31 @@ pub fn select(
     now: Timestamp,
     select: &mut Select<'_>,
 ) -> Selection {
+    let feasible = Feasible {
+        names,
+        incumbent,
+        totals,
+    };
     let (free, _) = select(totals, 1);
     let used = state.moves_in_hour(now).count();
     let budget_left = policy
         .max_moves_per_hour
         .map(|m| (m as usize).saturating_sub(used));
-    let mut pins: Vec<Option<Pin>> = (0..totals.len())
-        .map(|i| {
-            if !incumbent[i] {
-                return None;
-            }
-            let since = state.selected_since.get(names[i].as_ref()).copied();
-            if let Some(since) = since.filter(|s| plus(*s, policy.min_selected) > now) {
-                Some(Pin::Selected(since))
-            } else if budget_left == Some(0) {
-                Some(Pin::Budget)
-            } else {
-                None
-            }
-        })
-        .collect();
-    let keys = |pins: &[Option<Pin>]| -> Vec<i64> {
-        totals
-            .iter()
-            .zip(incumbent)
-            .zip(pins)
-            .map(|((t, inc), pin)| {
-                2 * t
-                    + match (inc, pin) {
-                        (false, _) => 0,
-                        (true, Some(_)) => PIN,
-                        // Ties go to the incumbent: a newcomer wins at a gain of exactly min.
-                        (true, None) if policy.min_score_gain > 0 => 2 * policy.min_score_gain - 1,
-                        (true, None) => 0,
-                    }
-            })
-            .collect()
-    };
-    let (mut picked, mut spread) = select(&keys(&pins), 2);
-    if let Some(left) = budget_left {
-        let is_picked = as_set(&picked);
-        let mut dropped: Vec<usize> = (0..totals.len())
-            .filter(|i| incumbent[*i] && !is_picked.contains(i))
-            .collect();
-        if replacements(&picked, incumbent) > left {
-            // Only the `left` weakest dropped incumbents may go; the rest stay.
-            dropped.sort_by_key(|&i| (totals[i], names[i].clone()));
-            let may_go: BTreeSet<usize> = dropped.iter().take(left).copied().collect();
-            for (i, pin) in pins.iter_mut().enumerate() {
-                if incumbent[i] && pin.is_none() && !may_go.contains(&i) {
-                    *pin = Some(Pin::Budget);
-                }
-            }
-            (picked, spread) = select(&keys(&pins), 2);
-        }
+    let mut pins = pins(policy, state, &feasible, budget_left, now);
+    let (mut picked, mut spread) = select(&keys(policy, &feasible, &pins), 2);
+    if let Some(left) = budget_left
+        && replacements(&picked, incumbent) > left
+    {
+        spend_budget(left, &feasible, &picked, &mut pins);
+        (picked, spread) = select(&keys(policy, &feasible, &pins), 2);
     }
-    let replaced = replacements(&picked, incumbent);
     // The score moves of the last hour, this pass's included.
     let moves_after: Vec<Timestamp> = state
         .moves_in_hour(now)
-        .chain(std::iter::repeat_n(now, replaced))
+        .chain(std::iter::repeat_n(now, replacements(&picked, incumbent)))
         .collect();
-
-    // What would have moved without the controls: newcomers kept out, incumbents kept in.
-    let (picked_set, free_set) = (as_set(&picked), as_set(&free));
-    let mut held_in: Vec<usize> = free
-        .iter()
-        .copied()
-        .filter(|i| !picked_set.contains(i))
-        .collect();
-    let mut held_out: Vec<usize> = picked
-        .iter()
-        .copied()
-        .filter(|i| !free_set.contains(i))
-        .collect();
-    held_in.sort_by_key(|&i| (std::cmp::Reverse(totals[i]), names[i].clone()));
-    held_out.sort_by_key(|&i| (totals[i], names[i].clone()));
-    let mut held = Vec::new();
-    let mut requeue_at: Option<Timestamp> = None;
-    let mut sooner = |t: Timestamp| {
-        let t = plus(t, SignedDuration::from_secs(1));
-        requeue_at = Some(requeue_at.map_or(t, |r| r.min(t)));
-    };
-    for (&i, &o) in held_in.iter().zip(&held_out) {
-        let reason = match pins[o] {
-            Some(Pin::Selected(since)) => {
-                sooner(plus(since, policy.min_selected));
-                format!(
-                    "{} selected {:#} ago, less than minSelectedDuration {:#}",
-                    names[o],
-                    now.duration_since(since),
-                    policy.min_selected
-                )
-            }
-            Some(Pin::Budget) => {
-                if let Some(oldest) = moves_after.iter().min() {
-                    sooner(plus(*oldest, HOUR));
-                }
-                format!(
-                    "{} score moves in the last hour, maxScoreMovesPerHour {}",
-                    moves_after.len(),
-                    policy.max_moves_per_hour.unwrap_or(0)
-                )
-            }
-            None => format!(
-                "gain {} < minScoreGain {}",
-                totals[i] - totals[o],
-                policy.min_score_gain
-            ),
-        };
-        held.push(HeldMove {
-            incoming: names[i].clone(),
-            outgoing: names[o].clone(),
-            reason,
-        });
-    }
-
+    let (held, requeue_at) =
+        held_moves(policy, &feasible, &pins, &free, &picked, &moves_after, now);
     let newcomers: Vec<usize> = picked.iter().copied().filter(|i| !incumbent[*i]).collect();
     let state = (!newcomers.is_empty())
         .then(|| next_state(policy, state, names, &picked, &newcomers, moves_after, now))
@@ -375,6 +284,156 @@ pub fn select(
         held,
         state,
         requeue_at,
+    }
+}
+
+/// The feasible clusters as the controls see them, aligned.
+struct Feasible<'a> {
+    names: &'a [&'a Name],
+    /// In this placement's decisions.
+    incumbent: &'a [bool],
+    totals: &'a [i64],
+}
+
+/// Each incumbent that may not be replaced by score at all in this pass, and why.
+fn pins(
+    policy: &Policy,
+    state: &State,
+    f: &Feasible<'_>,
+    budget_left: Option<usize>,
+    now: Timestamp,
+) -> Vec<Option<Pin>> {
+    (0..f.totals.len())
+        .map(|i| {
+            if !f.incumbent[i] {
+                return None;
+            }
+            let since = state.selected_since.get(f.names[i].as_ref()).copied();
+            if let Some(since) = since.filter(|s| plus(*s, policy.min_selected) > now) {
+                Some(Pin::Selected(since))
+            } else if budget_left == Some(0) {
+                Some(Pin::Budget)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// What selection weighs: totals (doubled, so that a gain of exactly `minScoreGain` can beat
+/// an incumbent's bonus of `2 × minScoreGain − 1`), each incumbent with its bonus.
+fn keys(policy: &Policy, f: &Feasible<'_>, pins: &[Option<Pin>]) -> Vec<i64> {
+    f.totals
+        .iter()
+        .zip(f.incumbent)
+        .zip(pins)
+        .map(|((t, inc), pin)| {
+            2 * t
+                + match (inc, pin) {
+                    (false, _) => 0,
+                    (true, Some(_)) => PIN,
+                    // Ties go to the incumbent: a newcomer wins at a gain of exactly min.
+                    (true, None) if policy.min_score_gain > 0 => 2 * policy.min_score_gain - 1,
+                    (true, None) => 0,
+                }
+        })
+        .collect()
+}
+
+/// More replacements than the hour's budget has `left`: only the `left` weakest dropped
+/// incumbents may go; the rest are pinned.
+fn spend_budget(left: usize, f: &Feasible<'_>, picked: &[usize], pins: &mut [Option<Pin>]) {
+    let is_picked = as_set(picked);
+    let mut dropped: Vec<usize> = (0..f.totals.len())
+        .filter(|i| f.incumbent[*i] && !is_picked.contains(i))
+        .collect();
+    dropped.sort_by_key(|&i| (f.totals[i], f.names[i].clone()));
+    let may_go: BTreeSet<usize> = dropped.iter().take(left).copied().collect();
+    for (i, pin) in pins.iter_mut().enumerate() {
+        if f.incumbent[i] && pin.is_none() && !may_go.contains(&i) {
+            *pin = Some(Pin::Budget);
+        }
+    }
+}
+
+/// What would have moved without the controls and did not: newcomers kept out, paired
+/// best first with the incumbents kept in, weakest first; and when a held move may go ahead
+/// on time alone.
+fn held_moves(
+    policy: &Policy,
+    f: &Feasible<'_>,
+    pins: &[Option<Pin>],
+    free: &[usize],
+    picked: &[usize],
+    moves_after: &[Timestamp],
+    now: Timestamp,
+) -> (Vec<HeldMove>, Option<Timestamp>) {
+    let (picked_set, free_set) = (as_set(picked), as_set(free));
+    let mut held_in: Vec<usize> = free
+        .iter()
+        .copied()
+        .filter(|i| !picked_set.contains(i))
+        .collect();
+    let mut held_out: Vec<usize> = picked
+        .iter()
+        .copied()
+        .filter(|i| !free_set.contains(i))
+        .collect();
+    held_in.sort_by_key(|&i| (std::cmp::Reverse(f.totals[i]), f.names[i].clone()));
+    held_out.sort_by_key(|&i| (f.totals[i], f.names[i].clone()));
+    let mut requeue_at: Option<Timestamp> = None;
+    let mut held = Vec::with_capacity(held_in.len().min(held_out.len()));
+    for (&i, &o) in held_in.iter().zip(&held_out) {
+        let (reason, free_at) = hold_reason(policy, f, pins[o], (i, o), moves_after, now);
+        // Look again a second after the move may go ahead.
+        if let Some(t) = free_at.map(|t| plus(t, SignedDuration::from_secs(1))) {
+            requeue_at = Some(requeue_at.map_or(t, |r| r.min(t)));
+        }
+        held.push(HeldMove {
+            incoming: f.names[i].clone(),
+            outgoing: f.names[o].clone(),
+            reason,
+        });
+    }
+    (held, requeue_at)
+}
+
+/// Why incumbent `o` stays although `i` would replace it, and when time alone lets the move
+/// go ahead (`None`: only a better score will).
+fn hold_reason(
+    policy: &Policy,
+    f: &Feasible<'_>,
+    pin: Option<Pin>,
+    (i, o): (usize, usize),
+    moves_after: &[Timestamp],
+    now: Timestamp,
+) -> (String, Option<Timestamp>) {
+    match pin {
+        Some(Pin::Selected(since)) => (
+            format!(
+                "{} selected {:#} ago, less than minSelectedDuration {:#}",
+                f.names[o],
+                now.duration_since(since),
+                policy.min_selected
+            ),
+            Some(plus(since, policy.min_selected)),
+        ),
+        Some(Pin::Budget) => (
+            format!(
+                "{} score moves in the last hour, maxScoreMovesPerHour {}",
+                moves_after.len(),
+                policy.max_moves_per_hour.unwrap_or(0)
+            ),
+            moves_after.iter().min().map(|oldest| plus(*oldest, HOUR)),
+        ),
+        None => (
+            format!(
+                "gain {} < minScoreGain {}",
+                f.totals[i] - f.totals[o],
+                policy.min_score_gain
+            ),
+            None,
+        ),
     }
 }
 

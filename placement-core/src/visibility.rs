@@ -1,7 +1,8 @@
-//! Score visibility (ocm enhancement 225): `decisions[].score`, `sortBy` and
-//! `scoreRateLimit`. Score changes that do not change the selected set of clusters are not
-//! reflected in the decisions more often than `scoreRateLimit`: inside the window each cluster
-//! keeps the score last written for it (and `sortBy: Score` its order).
+//! Score visibility (upstream's proposal in open-cluster-management-io/enhancements
+//! `enhancements/sig-architecture/225-placement-score-visibility`): `decisions[].score`,
+//! `sortBy` and `scoreRateLimit`. Score changes that do not change the selected set of clusters
+//! are not reflected in the decisions more often than `scoreRateLimit`: inside the window each
+//! cluster keeps the score last written for it (and `sortBy: Score` its order).
 //!
 //! `lastScoreUpdateTime` marks when the current window began: the first score write after the
 //! previous window ended. A change of the selected set inside a window writes fresh scores
@@ -21,7 +22,7 @@ use crate::snapshot::decision_entries;
 
 /// What the window decides for one pass.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Window {
+pub(crate) struct Window {
     /// The Placement's `lastScoreUpdateTime` after this pass.
     pub last_score_update: Option<Time>,
     /// Held score changes are written when the window ends: schedule again then.
@@ -34,7 +35,7 @@ impl Window {
     /// A hub without the score fields ([`crate::ScoreFields::Absent`]): no scores to hold
     /// back or to time; the ScoreUpdate event goes with every decision write, as upstream's
     /// before it wrote scores.
-    pub fn unscored(last_score_update: Option<Time>) -> Self {
+    pub(crate) fn unscored(last_score_update: Option<Time>) -> Self {
         Self {
             last_score_update,
             held_until: None,
@@ -43,7 +44,7 @@ impl Window {
     }
 
     /// A pass that keeps the current decisions: nothing moves.
-    pub fn kept(last_score_update: Option<Time>) -> Self {
+    pub(crate) fn kept(last_score_update: Option<Time>) -> Self {
         Self {
             last_score_update,
             held_until: None,
@@ -54,7 +55,7 @@ impl Window {
 
 /// Applies the window to `desired` (the pass's decisions, with fresh scores) against what the
 /// hub holds (`existing`); `totals` are the selected clusters' fresh totals.
-pub fn apply(
+pub(crate) fn apply(
     existing: &[&PlacementDecision],
     desired: &mut [PlacementDecision],
     totals: &HashMap<&str, i64>,
@@ -116,7 +117,7 @@ fn keep_old_scores(desired: &mut [PlacementDecision], old: &HashMap<&str, i64>, 
 
 /// `scoreRateLimit` as a duration: `<n>s`, `<n>m` or `<n>h`; anything else is the default
 /// (1 minute).
-pub fn rate_limit(text: &str) -> SignedDuration {
+pub(crate) fn rate_limit(text: &str) -> SignedDuration {
     let default = SignedDuration::from_secs(60);
     let Some(unit) = text.chars().last() else {
         return default;

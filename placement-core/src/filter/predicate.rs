@@ -7,9 +7,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use ocm_api::cluster::v1beta1::ClusterPredicate;
 use ocm_api::selector::Selector;
 
-use super::DropReason;
-use crate::limits::Deadline;
-use crate::snapshot::ClusterInfo;
+use super::{DropReason, FilterResult};
+use crate::limits::{self, Deadline};
+use crate::snapshot::{ClusterInfo, Snapshot};
 use crate::status::{Code, Status};
 use ocm_cel::{CelSelector, CompileError, PoolExhausted, ScoreSource};
 
@@ -26,12 +26,12 @@ type CompiledCel = Result<Arc<CelSelector>, String>;
 
 /// The memory all cached CEL selectors may hold (their [`CelSelector::size`] plus their
 /// expressions).
-pub const CEL_CACHE_BYTES: usize = 64 << 20;
+pub(crate) const CEL_CACHE_BYTES: usize = 64 << 20;
 /// The memory the cached selectors of one namespace may hold: a namespace that needs more
 /// drops its own entries, never another namespace's.
-pub const CEL_CACHE_NAMESPACE_BYTES: usize = 16 << 20;
+pub(crate) const CEL_CACHE_NAMESPACE_BYTES: usize = 16 << 20;
 /// Entries one namespace may hold, however small.
-pub const CEL_CACHE_NAMESPACE_ENTRIES: usize = 1024;
+pub(crate) const CEL_CACHE_NAMESPACE_ENTRIES: usize = 1024;
 /// What an entry costs beyond its selector and expressions (the map slot, the key vector).
 const ENTRY_BYTES: usize = 256;
 
@@ -150,7 +150,7 @@ fn compile_cel(namespace: &str, expressions: &[String]) -> Result<Arc<CelSelecto
 }
 
 /// The compiled predicates of one Placement.
-pub struct Predicates {
+pub(crate) struct Predicates {
     compiled: Vec<Compiled>,
 }
 
@@ -159,7 +159,10 @@ impl Predicates {
     /// or CEL selectors holding more than [`ocm_cel::MAX_COMPILED_PLACEMENT_BYTES`] in all,
     /// make the Placement misconfigured; a compiler that could not run makes the pass
     /// [`Code::Transient`].
-    pub fn compile(namespace: &str, predicates: &[ClusterPredicate]) -> Result<Self, Status> {
+    pub(crate) fn compile(
+        namespace: &str,
+        predicates: &[ClusterPredicate],
+    ) -> Result<Self, Status> {
         let bad = |m: String| Status::misconfigured(NAME, m);
         let mut compiled = Vec::with_capacity(predicates.len());
         let mut cel_bytes = 0usize;
@@ -192,18 +195,14 @@ impl Predicates {
         Ok(Self { compiled })
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.compiled.is_empty()
-    }
-
     /// Whether any predicate has a CEL selector (the pass's CEL budget applies).
-    pub fn has_cel(&self) -> bool {
+    pub(crate) fn has_cel(&self) -> bool {
         self.compiled.iter().any(|p| p.cel.is_some())
     }
 
     /// `None` when the cluster passes; otherwise why each predicate refused it. CEL draws
     /// from `pool`, the pass's budget, within `deadline`; `Err` when either ran out.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         cluster: &ClusterInfo,
         scores: &dyn ScoreSource,
@@ -232,6 +231,52 @@ impl Predicates {
             }
         }
         Ok(Some(DropReason::Predicates(misses)))
+    }
+}
+
+impl Predicates {
+    /// The Predicate filter within the pass's CEL budget ([`crate::limits`]): the cost pool is
+    /// shared by every cluster; the deadline is looked at every [`limits::DEADLINE_EVERY`]
+    /// clusters, after any cluster that took [`limits::DEADLINE_EVERY_UNITS`] or more since
+    /// the last look, and inside evaluations (every [`ocm_cel::DEADLINE_EVERY_UNITS`] units).
+    pub(crate) fn filter<'a>(
+        &self,
+        candidates: Vec<&'a ClusterInfo>,
+        snapshot: &Snapshot,
+        deadline: &dyn Deadline,
+    ) -> Result<(Vec<&'a ClusterInfo>, FilterResult), Status> {
+        let limits = snapshot.limits();
+        let cel = self.has_cel();
+        let mut pool = if cel { limits.cel_cost } else { u64::MAX };
+        let total = candidates.len();
+        let mut kept = Vec::with_capacity(total);
+        let mut dropped = Vec::new();
+        let mut pool_at_look = pool;
+        for (i, c) in candidates.into_iter().enumerate() {
+            let due = i % limits::DEADLINE_EVERY == 0
+                || pool_at_look.saturating_sub(pool) >= limits::DEADLINE_EVERY_UNITS;
+            if cel && due {
+                if deadline.passed() {
+                    return Err(limits::cel_budget_exceeded(&limits, true, i, total));
+                }
+                pool_at_look = pool;
+            }
+            match self.check(c, snapshot, &mut pool, deadline) {
+                Ok(None) => kept.push(c),
+                Ok(Some(why)) => dropped.push((c.name.clone(), why)),
+                Err(exhausted) => {
+                    let out_of_time = exhausted == PoolExhausted::Time;
+                    return Err(limits::cel_budget_exceeded(&limits, out_of_time, i, total));
+                }
+            }
+        }
+        Ok((
+            kept,
+            FilterResult {
+                name: NAME,
+                dropped,
+            },
+        ))
     }
 }
 

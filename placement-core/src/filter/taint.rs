@@ -18,7 +18,7 @@ use crate::status::Status;
 pub const NAME: &str = "TaintToleration";
 
 /// Checks the tolerations as upstream does before filtering.
-pub fn validate(tolerations: &[Toleration]) -> Result<(), Status> {
+pub(crate) fn validate(tolerations: &[Toleration]) -> Result<(), Status> {
     for t in tolerations {
         let exists = t.operator == toleration_operator::EXISTS;
         if t.key.is_empty() && !exists {
@@ -39,7 +39,7 @@ pub fn validate(tolerations: &[Toleration]) -> Result<(), Status> {
 
 /// How a taint fares against the tolerations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Tolerated; `Some(t)` when only until `t` (the first matching toleration's expiry).
     Tolerated(Option<Timestamp>),
     NotTolerated {
@@ -47,7 +47,7 @@ pub enum Verdict {
     },
 }
 
-pub fn judge(
+pub(crate) fn judge(
     taint: &Taint,
     tolerations: &[Toleration],
     in_decision: bool,
@@ -102,7 +102,7 @@ fn expiry(taint: &Taint, seconds: i64) -> Option<Timestamp> {
 }
 
 /// `None` when every taint is tolerated, else the first one that is not.
-pub fn check(
+pub(crate) fn check(
     taints: &[Taint],
     tolerations: &[Toleration],
     in_decision: bool,
@@ -124,7 +124,7 @@ pub fn check(
 /// The earliest time a currently tolerated taint on a decided cluster stops being tolerated.
 /// A cluster with a taint that is not tolerated at all is leaving anyway: its timers do not
 /// count (as upstream's `isClusterTolerated`).
-pub fn requeue_at<'a>(
+pub(crate) fn requeue_at<'a>(
     decided_taints: impl Iterator<Item = &'a [Taint]>,
     tolerations: &[Toleration],
     now: Timestamp,

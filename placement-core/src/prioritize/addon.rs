@@ -14,7 +14,12 @@ use ocm_api::cluster::v1alpha1::AddOnPlacementScore;
 use ocm_api::cluster::v1beta1::AddOnScore;
 use ocm_api::wellknown::limits;
 
+use super::Scored;
 use crate::snapshot::{ClusterInfo, MaxScoreValidity, ScoreCell, Snapshot};
+use crate::status::{Code, Status};
+
+/// Capped scores named one by one in a pass's notes; the rest are counted.
+const CAPPED_NOTES: usize = 10;
 
 /// When the hub last accepted a write of a score: the latest `managedFields` time of a write
 /// to its status (the apiserver sets it from its own clock on every write that changes a
@@ -37,7 +42,7 @@ pub fn written_at(meta: &ObjectMeta) -> Option<Timestamp> {
         .or_else(|| meta.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-pub struct AddOnScores {
+pub(crate) struct AddOnScores {
     pub scores: Vec<Option<i64>>,
     /// `<cluster>/<resourceName>` of the expired objects, in cluster order.
     pub expired: Vec<String>,
@@ -97,7 +102,7 @@ fn expiry(cell: &ScoreCell, bound: MaxScoreValidity, now: Timestamp) -> Expiry {
 /// `validUntil` or the bound after it was written, whichever is earlier. A write time in
 /// the future (a clock ahead of ours, or forged) counts as `now`; an unknown one (a file)
 /// too, so the bound never ends such a score at this instant.
-pub fn counts_until(
+pub(crate) fn counts_until(
     valid_until: Option<Timestamp>,
     written_at: Option<Timestamp>,
     bound: MaxScoreValidity,
@@ -115,10 +120,10 @@ pub fn counts_until(
 /// have stopped counting: the same items (CEL's `scores()` reads them, the AddOn prioritizer
 /// their values), the old version still counts, and the new one counts at least as long.
 /// Every placement that used the old version has a timer for when it stops counting
-/// ([`AddOnScores::next_expiry`]) and sees the new one then; until then its passes would
+/// (`AddOnScores::next_expiry`) and sees the new one then; until then its passes would
 /// come out the same. So an agent that renews its unchanged score every minute need not
 /// reschedule every placement that reads it. Both versions' ends come from the objects
-/// themselves ([`counts_until`]), as every pass reads them.
+/// themselves (`counts_until`), as every pass reads them.
 pub fn renewal_changes_nothing(
     old: Option<&AddOnPlacementScore>,
     new: Option<&AddOnPlacementScore>,
@@ -152,7 +157,7 @@ pub fn renewal_changes_nothing(
     old_counts && lasts
 }
 
-pub fn score(
+pub(crate) fn score(
     coord: &AddOnScore,
     clusters: &[&ClusterInfo],
     snapshot: &Snapshot,
@@ -205,4 +210,60 @@ pub fn score(
         out.scores.push(Some(value));
     }
     out
+}
+
+/// The AddOn prioritizer `name` as every prioritizer answers ([`Scored`]): expired scores make
+/// a Warning, clamped and capped ones notes, and the scores the bound has ended are reported.
+pub(crate) fn prioritize(
+    name: &str,
+    coord: &AddOnScore,
+    clusters: &[&ClusterInfo],
+    snapshot: &Snapshot,
+    now: Timestamp,
+) -> Scored {
+    let r = score(coord, clusters, snapshot, now);
+    let warning = (!r.expired.is_empty()).then(|| {
+        Status::new(
+            Code::Warning,
+            name,
+            format!("AddOnPlacementScores {} expired", r.expired.join(" ")),
+        )
+    });
+    let mut notes = Vec::new();
+    if !r.clamped.is_empty() {
+        notes.push(format!(
+            "{name}: values outside [-100, 100] clamped for {}",
+            r.clamped.join(", ")
+        ));
+    }
+    notes.extend(capped_notes(name, &r.capped, snapshot.max_score_validity()));
+    Scored {
+        scores: r.scores,
+        warning,
+        notes,
+        capped: r.capped.into_iter().filter(|c| now > c.until).collect(),
+        requeue_at: r.next_expiry,
+    }
+}
+
+/// A note for the first few capped scores only: a provider that writes far validity for the
+/// whole fleet would otherwise cost a formatted note per cluster on every pass. The outcome's
+/// list of ended scores keeps them all.
+fn capped_notes(name: &str, capped: &[CappedScore], bound: MaxScoreValidity) -> Vec<String> {
+    if capped.is_empty() {
+        return Vec::new();
+    }
+    let bound = bound.0.map_or_else(String::new, |b| format!("{b:#}"));
+    let mut notes: Vec<String> = capped
+        .iter()
+        .take(CAPPED_NOTES)
+        .map(|c| format!("{name}: validity capped ({bound} after it was written): {c}"))
+        .collect();
+    if capped.len() > CAPPED_NOTES {
+        notes.push(format!(
+            "{name}: validity capped ({bound} after it was written) for {} more scores",
+            capped.len() - CAPPED_NOTES
+        ));
+    }
+    notes
 }

@@ -1,6 +1,7 @@
-//! Affinity and anti-affinity spread (seed 002, use case 4): prefer clusters in some
-//! topologies over others. Upstream's CRD has no field for it, so it is carried in the
-//! Placement annotation [`ANNOTATION`] as a JSON list:
+//! Affinity and anti-affinity spread (use case 4 of upstream's spread-policy proposal,
+//! open-cluster-management-io/enhancements `enhancements/sig-architecture/70-spread-policy`):
+//! prefer clusters in some topologies over others. Upstream's CRD has no field for it, so it is
+//! carried in the Placement annotation [`ANNOTATION`] as a JSON list:
 //!
 //! ```json
 //! [{"topologyKey": "provider", "topologyKeyType": "Label", "weight": 3,
@@ -54,7 +55,7 @@ fn one() -> i32 {
 
 /// One validated affinity term.
 #[derive(Debug, Clone)]
-pub struct Term {
+pub(crate) struct Term {
     pub topology_key: String,
     pub claim: bool,
     pub weight: i32,
@@ -62,13 +63,13 @@ pub struct Term {
 }
 
 impl Term {
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         format!("{PLUGIN}/{}", self.topology_key)
     }
 }
 
 /// Reads the annotation; absent means no terms. Bad content makes the Placement misconfigured.
-pub fn parse(annotation: Option<&str>) -> Result<Vec<Term>, Status> {
+pub(crate) fn parse(annotation: Option<&str>) -> Result<Vec<Term>, Status> {
     let Some(text) = annotation else {
         return Ok(Vec::new());
     };
@@ -124,7 +125,7 @@ impl ocm_api::selector::Labels for One<'_> {
     }
 }
 
-pub fn score(term: &Term, clusters: &[&ClusterInfo]) -> Vec<Option<i64>> {
+pub(crate) fn score(term: &Term, clusters: &[&ClusterInfo]) -> Vec<Option<i64>> {
     let raw: Vec<i64> = clusters
         .iter()
         .map(|c| {

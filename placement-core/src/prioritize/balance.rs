@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::snapshot::{ClusterInfo, Snapshot};
 
-pub fn score(
+pub(crate) fn score(
     snapshot: &Snapshot,
     own: &HashMap<&str, u32>,
     own_by_slot: &[u32],

@@ -4,7 +4,7 @@
 
 use super::normalise;
 
-pub fn score(values: impl Iterator<Item = Option<f64>> + Clone) -> Vec<Option<i64>> {
+pub(crate) fn score(values: impl Iterator<Item = Option<f64>> + Clone) -> Vec<Option<i64>> {
     let present = values.clone().flatten();
     let (min, max) = present.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
         (lo.min(v), hi.max(v))

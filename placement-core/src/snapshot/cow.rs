@@ -13,7 +13,7 @@ const CHUNK: usize = 256;
 
 /// A hash map in `SHARDS` shared shards.
 #[derive(Clone)]
-pub struct ShardedMap<K, V> {
+pub(crate) struct ShardedMap<K, V> {
     shards: Arc<Vec<Arc<HashMap<K, V>>>>,
 }
 
@@ -36,7 +36,7 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         Arc::make_mut(&mut Arc::make_mut(&mut self.shards)[i])
     }
 
-    pub fn get<Q>(&self, key: &Q) -> Option<&V>
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -44,7 +44,7 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         self.shards[shard(key)].get(key)
     }
 
-    pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
+    pub(crate) fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -56,18 +56,18 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         self.shard_mut(i).get_mut(key)
     }
 
-    pub fn get_or_default(&mut self, key: K) -> &mut V
+    pub(crate) fn get_or_default(&mut self, key: K) -> &mut V
     where
         V: Default,
     {
         self.shard_mut(shard(&key)).entry(key).or_default()
     }
 
-    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+    pub(crate) fn insert(&mut self, key: K, value: V) -> Option<V> {
         self.shard_mut(shard(&key)).insert(key, value)
     }
 
-    pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
+    pub(crate) fn remove<Q>(&mut self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -79,22 +79,22 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         self.shard_mut(i).remove(key)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| s.len()).sum()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.shards.iter().flat_map(|s| s.iter())
     }
 
-    pub fn values(&self) -> impl Iterator<Item = &V> {
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
         self.shards.iter().flat_map(|s| s.values())
     }
 }
 
 /// A vector of optional entries in shared chunks of `CHUNK`.
 #[derive(Clone)]
-pub struct Chunked<T> {
+pub(crate) struct Chunked<T> {
     chunks: Arc<Vec<Arc<Vec<Option<T>>>>>,
     len: usize,
 }
@@ -109,11 +109,11 @@ impl<T> Default for Chunked<T> {
 }
 
 impl<T: Clone> Chunked<T> {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn get(&self, i: usize) -> Option<&T> {
+    pub(crate) fn get(&self, i: usize) -> Option<&T> {
         self.chunks.get(i / CHUNK)?.get(i % CHUNK)?.as_ref()
     }
 
@@ -122,13 +122,13 @@ impl<T: Clone> Chunked<T> {
         Arc::make_mut(chunk).get_mut(i % CHUNK)
     }
 
-    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
         self.get(i)?;
         self.cell_mut(i)?.as_mut()
     }
 
     /// Sets entry `i`; `i == len()` appends.
-    pub fn set(&mut self, i: usize, value: Option<T>) {
+    pub(crate) fn set(&mut self, i: usize, value: Option<T>) {
         if i < self.len {
             if let Some(cell) = self.cell_mut(i) {
                 *cell = value;
@@ -145,7 +145,7 @@ impl<T: Clone> Chunked<T> {
         }
     }
 
-    pub fn take(&mut self, i: usize) -> Option<T> {
+    pub(crate) fn take(&mut self, i: usize) -> Option<T> {
         self.get(i)?;
         self.cell_mut(i)?.take()
     }

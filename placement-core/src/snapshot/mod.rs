@@ -17,12 +17,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use jiff::{SignedDuration, Timestamp};
 
 use ocm_api::cluster::v1beta1::PlacementDecisionStatus;
-use ocm_api::selector::Selector;
-use ocm_api::wellknown::{label, selector_type};
-use ocm_api::{
-    AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding,
-    PlacementDecision,
-};
+use ocm_api::wellknown::label;
+use ocm_api::{AddOnPlacementScore, ManagedCluster, ManagedClusterSet, PlacementDecision};
 
 use cow::{Chunked, ShardedMap};
 use ocm_cel::{CelCluster, ScoreSource};
@@ -94,34 +90,26 @@ impl ClusterInfo {
         }
     }
 
-    pub fn labels(&self) -> &BTreeMap<String, String> {
+    pub(crate) fn labels(&self) -> &BTreeMap<String, String> {
         self.object.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
     }
 
-    pub fn taints(&self) -> &[ocm_api::Taint] {
+    pub(crate) fn taints(&self) -> &[ocm_api::Taint] {
         &self.object.spec.taints
     }
 
-    /// The AddOnPlacementScore `<this cluster>/<resource>`.
-    pub fn score(&self, resource: &str) -> Option<&AddOnPlacementScore> {
-        self.scores
-            .iter()
-            .find(|s| s.object.metadata.name.as_deref() == Some(resource))
-            .map(|s| &*s.object)
-    }
-
     /// The score object with interned name `resource`.
-    pub fn score_entry(&self, resource: u32) -> Option<&ScoreEntry> {
+    pub(crate) fn score_entry(&self, resource: u32) -> Option<&ScoreEntry> {
         self.scores.iter().find(|s| s.resource == resource)
     }
 
     /// The cluster as CEL sees it, converted on first use.
-    pub fn cel(&self) -> &CelCluster {
+    pub(crate) fn cel(&self) -> &CelCluster {
         self.cel.get_or_init(|| CelCluster::new(&self.object))
     }
 
     /// The value of a topology key (a label or a claim).
-    pub fn topology_value(&self, key: &str, claim: bool) -> Option<&str> {
+    pub(crate) fn topology_value(&self, key: &str, claim: bool) -> Option<&str> {
         if claim {
             self.claims.get(key).map(String::as_str)
         } else {
@@ -132,8 +120,7 @@ impl ClusterInfo {
 
 /// One AddOnPlacementScore of a cluster, pre-digested.
 #[derive(Clone)]
-pub struct ScoreEntry {
-    pub object: Arc<AddOnPlacementScore>,
+pub(crate) struct ScoreEntry {
     /// Interned `metadata.name` (see [`Snapshot::name_id`]).
     pub resource: u32,
     /// Interned item names and their values, in the object's order.
@@ -145,7 +132,7 @@ pub struct ScoreEntry {
 }
 
 /// The default of [`Snapshot::max_score_validity`].
-pub const DEFAULT_MAX_SCORE_VALIDITY: SignedDuration = SignedDuration::from_mins(10);
+pub(crate) const DEFAULT_MAX_SCORE_VALIDITY: SignedDuration = SignedDuration::from_mins(10);
 
 /// How far beyond its last write a `validUntil` may reach (`None`: as far as it says,
 /// upstream's behaviour).
@@ -196,7 +183,7 @@ pub enum ScoreFields {
 
 /// One cluster's cell of a [`ScoreColumn`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ScoreCell {
+pub(crate) struct ScoreCell {
     /// The item's value (the last one with the name), `None` if absent.
     pub value: Option<i32>,
     /// The object's `validUntil`, as written.
@@ -208,7 +195,7 @@ pub struct ScoreCell {
 /// A topology key's value for every cluster slot, as small integers (computed once per
 /// snapshot state, shared by every placement that spreads over the key).
 #[derive(Debug, Default)]
-pub struct Topology {
+pub(crate) struct Topology {
     /// Domain id per slot; [`Topology::NONE`] where the cluster lacks the key.
     pub domain_of_slot: Vec<u32>,
     /// Domain names by id.
@@ -216,19 +203,19 @@ pub struct Topology {
 }
 
 impl Topology {
-    pub const NONE: u32 = u32::MAX;
+    pub(crate) const NONE: u32 = u32::MAX;
 }
 
 /// One score item (`<resource>/<item>`) for every cluster slot.
 #[derive(Debug, Default)]
-pub struct ScoreColumn {
+pub(crate) struct ScoreColumn {
     /// Per slot: `None` without a score object.
     pub by_slot: Vec<Option<ScoreCell>>,
 }
 
 /// What a clusterset's membership resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SetMembers {
+pub(crate) enum SetMembers {
     /// Slots of the member clusters, in name order.
     Members(Arc<Vec<usize>>),
     /// The set's selector cannot be evaluated (an unknown selector type or a bad selector).
@@ -248,7 +235,7 @@ type ByName<T> = Arc<BTreeMap<String, T>>;
 /// Every object the scheduler reads.
 ///
 /// Every index is behind an `Arc` (copied on the first change after a clone); those with an
-/// entry per cluster, score or placement are sharded or chunked (see [`cow`]), so that the copy
+/// entry per cluster, score or placement are sharded or chunked (see `cow`), so that the copy
 /// a change after a clone makes is a small part of the index.
 #[derive(Clone, Default)]
 pub struct Snapshot {

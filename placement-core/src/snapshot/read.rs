@@ -1,11 +1,18 @@
 //! Reading the snapshot: clusters, sets, bindings, scores and decisions, and the derived
 //! views a pass asks for (topologies, score columns, set members), computed once and cached.
 
-use super::*;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use ocm_api::selector::Selector;
+use ocm_api::wellknown::{label, selector_type};
+use ocm_api::{AddOnPlacementScore, ManagedCluster, ManagedClusterSet, PlacementDecision};
+
+use super::{ClusterInfo, NO_LABELS, ScoreCell, ScoreColumn, SetMembers, Snapshot, Topology};
 
 impl Snapshot {
     /// The domains of a topology key over all clusters.
-    pub fn topology(&self, key: &str, claim: bool) -> Arc<Topology> {
+    pub(crate) fn topology(&self, key: &str, claim: bool) -> Arc<Topology> {
         let cache_key = (key.to_owned(), claim);
         if let Ok(cache) = self.topologies.lock()
             && let Some(t) = cache.get(&cache_key)
@@ -35,7 +42,7 @@ impl Snapshot {
     }
 
     /// One score item of every cluster.
-    pub fn score_column(&self, resource: &str, item: &str) -> Arc<ScoreColumn> {
+    pub(crate) fn score_column(&self, resource: &str, item: &str) -> Arc<ScoreColumn> {
         let cache_key = (resource.to_owned(), item.to_owned());
         if let Ok(cache) = self.columns.lock()
             && let Some(c) = cache.get(&cache_key)
@@ -81,17 +88,13 @@ impl Snapshot {
     }
 
     /// The number of slots: every [`ClusterInfo::slot`] is below it.
-    pub fn slot_count(&self) -> usize {
+    pub(crate) fn slot_count(&self) -> usize {
         self.slots.len()
     }
 
     /// All clusters in name order.
     pub fn clusters(&self) -> impl Iterator<Item = &ClusterInfo> {
         self.clusters.values().filter_map(|&i| self.slot(i))
-    }
-
-    pub fn cluster_count(&self) -> usize {
-        self.clusters.len()
     }
 
     pub fn set(&self, name: &str) -> Option<&ManagedClusterSet> {
@@ -247,7 +250,7 @@ impl Snapshot {
     }
 
     /// The members of a clusterset (slots, in name order), or why they cannot be known.
-    pub fn members(&self, set_name: &str) -> SetMembers {
+    pub(crate) fn members(&self, set_name: &str) -> SetMembers {
         let Some(set) = self.sets.get(set_name) else {
             return SetMembers::Members(Arc::default());
         };

@@ -1,7 +1,18 @@
 //! Keeping the snapshot up to date: the watches' upserts and removals, and the indexes and
 //! caches each one touches.
 
-use super::*;
+use std::sync::Arc;
+
+use ocm_api::wellknown::label;
+use ocm_api::{
+    AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding,
+    PlacementDecision,
+};
+
+use super::{
+    Cache, ClusterInfo, MaxScoreValidity, Name, ScoreEntry, ScoreFields, Snapshot, dec_histogram,
+    decision_entries, placement_label,
+};
 
 impl Snapshot {
     pub fn new() -> Self {
@@ -123,7 +134,7 @@ impl Snapshot {
         self.invalidate_columns();
     }
 
-    /// See [`MaxScoreValidity`]; the default is [`DEFAULT_MAX_SCORE_VALIDITY`].
+    /// See [`MaxScoreValidity`]; the default is ten minutes (`DEFAULT_MAX_SCORE_VALIDITY`).
     pub fn set_max_score_validity(&mut self, bound: MaxScoreValidity) {
         if self.max_score_validity != bound {
             // Columns carry no bound, but keep the rule simple: a new input, fresh caches.
@@ -141,7 +152,7 @@ impl Snapshot {
         self.score_fields = fields;
     }
 
-    pub fn score_fields(&self) -> ScoreFields {
+    pub(crate) fn score_fields(&self) -> ScoreFields {
         self.score_fields
     }
 
@@ -184,7 +195,7 @@ impl Snapshot {
     }
 
     /// The interned id of a score or score-item name; `None` if no score uses it.
-    pub fn name_id(&self, name: &str) -> Option<u32> {
+    pub(crate) fn name_id(&self, name: &str) -> Option<u32> {
         self.names.get(name).copied()
     }
 
@@ -211,7 +222,6 @@ impl Snapshot {
                     items,
                     valid_until: status.valid_until.map(|t| t.0),
                     written_at,
-                    object,
                 }
             })
             .collect()

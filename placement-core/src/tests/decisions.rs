@@ -1,4 +1,6 @@
-//! Upstream's unit scenarios for decision objects (ocm-placement.md §5.2): splitting at 100,
+//! Upstream's unit scenarios for decision objects (open-cluster-management-io/ocm
+//! `pkg/placement/controllers/scheduling/scheduling_controller_test.go` and
+//! `scheduling_controller_event_test.go`): splitting at 100,
 //! names, the writes of a pass and their events, score visibility and its rate limit.
 
 use serde_json::json;

@@ -1,5 +1,7 @@
-//! Decision groups: upstream's layout for a new placement (seed 003 and the integration
-//! test's canary example), percentages, and stability across reschedules.
+//! Decision groups: upstream's layout for a new placement (the placement-strategy proposal's
+//! example, open-cluster-management-io/enhancements
+//! `enhancements/sig-architecture/64-placementStrategy`, and the integration test's canary
+//! example), percentages, and stability across reschedules.
 
 use serde_json::json;
 
@@ -96,13 +98,14 @@ fn canary_example_from_the_integration_test() {
 }
 
 #[test]
-fn seed_003_three_hundred_twenty_clusters() {
+fn placement_strategy_example_three_hundred_twenty_clusters() {
     let mut cs = Vec::new();
     for i in 0..10 {
         cs.push(cluster(&format!("west-{i:02}")).label("prod-canary-west", "true"));
         cs.push(cluster(&format!("east-{i:02}")).label("prod-canary-east", "true"));
     }
-    // The seed says "320 (290 clusters + 10 + 10)": 290 + 20 is 310, and 150 + 140 needs 290.
+    // The proposal says "320 (290 clusters + 10 + 10)": 290 + 20 is 310, and 150 + 140 needs
+    // 290.
     for i in 0..290 {
         cs.push(cluster(&format!("cls{i:03}")));
     }
@@ -223,7 +226,8 @@ fn a_joining_cluster_does_not_shift_others() {
 
 #[test]
 fn newcomers_fill_the_most_recent_group_with_room_first() {
-    // Seed 003: clusters left group 1 while group 2 exists; newcomers go to group 2, then 1.
+    // The proposal's special case: clusters left group 1 while group 2 exists; newcomers go to
+    // group 2, then 1.
     let mut w = World::new((1..=6).map(|i| cluster(&format!("c{i}"))).collect());
     let mut p = placement(
         "ns",

@@ -1,7 +1,9 @@
-//! Table tests of the core: upstream's worked vectors and unit scenarios, the seeds'
-//! examples, groups (and regrouping when the spec changes), write ordering, and property tests.
+//! Table tests of the core: upstream's worked vectors and unit scenarios, the examples of
+//! upstream's proposals, groups (and regrouping when the spec changes), write ordering, and
+//! property tests.
 
 mod decisions;
+mod enhancements;
 mod fixtures;
 mod groups;
 mod limits;
@@ -9,7 +11,6 @@ mod plan;
 mod properties;
 mod regroup;
 mod scenarios;
-mod seeds;
 mod spread;
 mod stability;
 mod validity;

@@ -1,5 +1,6 @@
 //! Write ordering: a cluster selected before and after a pass is in some PlacementDecision
-//! after every single write (upstream ocm#1346), and the writes end in the desired state.
+//! after every single write (`open-cluster-management-io/ocm#1346`), and the writes end in the
+//! desired state.
 
 use serde_json::json;
 

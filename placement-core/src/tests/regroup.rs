@@ -1,4 +1,4 @@
-//! Decision groups when the spec changes (issue 17 item 4): the groups are recomputed to the
+//! Decision groups when the spec changes: the groups are recomputed to the
 //! fewest the size allows, keeping as many clusters in their group and object as that permits;
 //! once the layout fits, a cluster joining or leaving moves nobody unless the class then needs
 //! fewer groups. Layouts are written `name k=clusters ... | ...`, one entry per group in index

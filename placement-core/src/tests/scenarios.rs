@@ -1,4 +1,6 @@
-//! Upstream's unit scenarios (ocm-placement.md §5.2): conditions for every reason,
+//! Upstream's unit scenarios (open-cluster-management-io/ocm
+//! `pkg/placement/controllers/scheduling/schedule_test.go` and `scheduling_controller_test.go`):
+//! conditions for every reason,
 //! misconfigurations, clusterset selector types, decision objects and events.
 
 use std::sync::Arc;

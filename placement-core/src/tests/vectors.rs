@@ -1,4 +1,7 @@
-//! Upstream's worked numeric vectors (ocm-placement.md §3.12), exact selections and scores.
+//! Upstream's worked numeric vectors, exact selections and scores: open-cluster-management-io/ocm
+//! `test/integration/placement/prioritizer_test.go` (default, Exact CPU and memory, Balance,
+//! a new cluster, Steady), `pkg/placement/plugins/balance/balance_test.go` and the toleration
+//! test's taints.
 
 use serde_json::json;
 

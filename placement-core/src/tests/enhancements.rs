@@ -1,5 +1,6 @@
-//! The seeds' examples: seed 000's user stories and seed 002's spread use cases on its
-//! provider/region/zone table.
+//! The examples of upstream's proposals (open-cluster-management-io/enhancements
+//! `enhancements/sig-architecture/`): the user stories of `32-extensiblescheduling`, and the
+//! use cases of `70-spread-policy` on its provider/region/zone table.
 
 use serde_json::json;
 
@@ -93,8 +94,8 @@ fn story_disaster_recovery_fails_over_and_back() {
     assert_eq!(selected(&w.apply(&mut p)), ["primary"]);
 }
 
-/// Seed 002's table, with `n` clusters per zone.
-fn seed_002_fleet(per_zone: &[(&str, &str, &str, usize)]) -> World {
+/// The spread-policy proposal's table, with `n` clusters per zone.
+fn spread_policy_fleet(per_zone: &[(&str, &str, &str, usize)]) -> World {
     let mut cs = Vec::new();
     for (provider, region, zone, n) in per_zone {
         for i in 0..*n {
@@ -110,7 +111,7 @@ fn seed_002_fleet(per_zone: &[(&str, &str, &str, usize)]) -> World {
 }
 
 fn full_table() -> World {
-    seed_002_fleet(&[
+    spread_policy_fleet(&[
         ("aws", "us-east-1", "us-east-1a", 3),
         ("aws", "us-east-1", "us-east-1b", 3),
         ("aws", "us-west-1", "us-west-1a", 3),
@@ -152,7 +153,7 @@ fn use_case_2_even_spread_across_zones() {
 
 #[test]
 fn use_case_3_max_skew_refuses_and_says_so() {
-    let w = seed_002_fleet(&[
+    let w = spread_policy_fleet(&[
         ("aws", "us-east-1", "us-east-1a", 3),
         ("aws", "us-east-1", "us-east-1b", 1),
     ]);
@@ -208,7 +209,7 @@ fn use_case_4_affinity_prefers_aws() {
         9
     );
     // Two aws clusters: both, then the others.
-    let w = seed_002_fleet(&[
+    let w = spread_policy_fleet(&[
         ("aws", "us-east-1", "us-east-1a", 2),
         ("alibaba", "cn-hangzhou", "cn-hangzhou-e", 3),
     ]);
