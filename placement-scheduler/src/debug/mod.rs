@@ -155,7 +155,7 @@ pub struct DebugLimits {
     /// How long SubjectAccessReview answers are reused (10s, as the generic apiserver), and
     /// TokenReview answers: an accepted token for half of it (kube-apiserver's own token cache
     /// may add up to 10 s), a refused one for at most 2 s; 0 turns the cache off.
-    #[arg(long, env = "DEBUG_REVIEW_CACHE_TTL", default_value = "10s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "DEBUG_REVIEW_CACHE_TTL", default_value = "10s", value_parser = ocm_runtime::flags::parse_duration)]
     pub debug_review_cache_ttl: Duration,
     /// Cached review answers kept at most, per kind (the soonest to expire make room).
     #[arg(long, env = "DEBUG_REVIEW_CACHE_SIZE", default_value_t = 1024)]
