@@ -7,14 +7,21 @@ use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use ocm_runtime::app::{self, App, AppArgs, Drain, Hub, Running, Stopped};
+use ocm_runtime::Leadership;
+use ocm_runtime::app::{self, App, AppArgs, AppError, Drain, Hub, Running, Stopped};
+use ocm_runtime::client::ClientError;
+use ocm_runtime::tls::TlsError;
 use placement_core::Limits;
 use placement_core::limits;
 use placement_core::snapshot::MaxScoreValidity;
-use placement_scheduler::controller::{self, Handle, Leader, Options};
-use placement_scheduler::debug::{DebugMetrics, DebugSource, Debugger};
+use placement_scheduler::coexist::CoexistError;
+use placement_scheduler::controller::{self, Handle, Options};
+use placement_scheduler::debug::{self, DebugMetrics, DebugSource, Debugger};
+use placement_scheduler::explain::ExplainError;
+use placement_scheduler::simulate::input::InputError;
 use placement_scheduler::simulate::{self, Objects, report};
-use placement_scheduler::upstream::{self, Invocation, UpstreamArgs};
+use placement_scheduler::upstream::{self, Invocation, ProbesError, UpstreamArgs};
+use thiserror::Error;
 
 /// The OCM placement scheduler.
 #[derive(Parser)]
@@ -80,7 +87,7 @@ struct LimitArgs {
     #[arg(long, env = "CEL_COST_BUDGET", default_value_t = limits::DEFAULT_CEL_COST_BUDGET)]
     cel_cost_budget: u64,
     /// Wall time one Placement's pass may spend evaluating CEL selectors.
-    #[arg(long, env = "CEL_TIME_BUDGET", default_value = "5s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "CEL_TIME_BUDGET", default_value = "5s", value_parser = ocm_runtime::flags::parse_duration)]
     cel_time_budget: Duration,
     /// List items a Placement's spec may hold in all (predicates, their expressions and
     /// values, prioritizer configurations, tolerations, decision groups, ...).
@@ -106,7 +113,7 @@ struct ValidityArgs {
     /// lies; a Warning event `ScoreValidityCapped` names the scores the bound has ended. An
     /// unset `validUntil` never expires, as upstream. 0 turns the bound off. `simulate` counts
     /// from a file's managedFields or creationTimestamp, else from --now.
-    #[arg(long, env = "MAX_SCORE_VALIDITY", default_value = "10m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "MAX_SCORE_VALIDITY", default_value = "10m", value_parser = ocm_runtime::flags::parse_duration)]
     max_score_validity: Duration,
 }
 
@@ -146,12 +153,12 @@ struct ControllerArgs {
     /// About this often (±10%), reschedule the placements whose inputs changed since their
     /// last pass without an event saying so (a safety net: at rest it schedules nothing;
     /// e.g. 10m; 0s: never).
-    #[arg(long, env = "RESYNC_PERIOD", default_value = "10m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "10m", value_parser = ocm_runtime::flags::parse_duration)]
     resync_period: Duration,
     /// A trailing delay for every event before its placements are scheduled (e.g. 100ms:
     /// fewer passes, that much more latency). 0s, the default: the first event for an idle
     /// placement schedules it at once (bursts are spaced by --min-pass-interval).
-    #[arg(long, env = "EVENT_DEBOUNCE", default_value = "0s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "EVENT_DEBOUNCE", default_value = "0s", value_parser = ocm_runtime::flags::parse_duration)]
     event_debounce: Duration,
     /// In a burst (two or more events for a placement since its last pass started, or while
     /// it waited for a worker), its next pass waits until its events pause this long, and
@@ -159,18 +166,18 @@ struct ControllerArgs {
     /// second cost a placement about two passes. A lone event is never delayed by it. 0s: no
     /// spacing (events that arrive while a placement is queued or being scheduled still
     /// coalesce into one more pass).
-    #[arg(long, env = "MIN_PASS_INTERVAL", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "MIN_PASS_INTERVAL", default_value = "100ms", value_parser = ocm_runtime::flags::parse_duration)]
     min_pass_interval: Duration,
     /// In a burst, the longest a placement's pass waits for its events to pause, from the
     /// first event it waits for: a storm that never pauses still gets a pass this often.
-    #[arg(long, env = "MAX_BURST_DELAY", default_value = "2s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "MAX_BURST_DELAY", default_value = "2s", value_parser = ocm_runtime::flags::parse_duration)]
     max_burst_delay: Duration,
     /// 0s (the default): placements using Balance are rescored when their own inputs change
     /// and at the resync, as upstream does; other placements' moves do not wake them. A
     /// duration (e.g. 5m): that long after other placements' decisions moved, the Balance
     /// users whose Balance input changed are rescheduled once; the moves of that wave start
     /// no other (they wait for the resync), so placements do not chase each other.
-    #[arg(long, env = "BALANCE_DELAY", default_value = "0s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "BALANCE_DELAY", default_value = "0s", value_parser = ocm_runtime::flags::parse_duration)]
     balance_delay: Duration,
     #[command(flatten)]
     validity: ValidityArgs,
@@ -231,6 +238,40 @@ struct ControllerArgs {
     upstream: UpstreamArgs,
 }
 
+/// Why a command failed: printed as `error: <message>`.
+#[derive(Debug, Error)]
+enum CliError {
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error("no Placement {0} in the input")]
+    NoPlacement(String),
+    #[error(transparent)]
+    Yaml(#[from] serde_saphyr::SerializeError),
+    #[error(transparent)]
+    Explain(#[from] ExplainError),
+    #[error(transparent)]
+    App(#[from] AppError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Coexist(#[from] CoexistError),
+    #[error(transparent)]
+    Probes(#[from] ProbesError),
+    #[error("--debug-bind-address {address}: {source}")]
+    DebugBind {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    DebugAddress(std::io::Error),
+    #[error("--debug-insecure-loopback and --tls-cert-file: choose one")]
+    DebugTransport,
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("--debug-insecure-loopback: {0}")]
+    DebugServe(#[source] debug::ServeError),
+}
+
 fn main() -> ExitCode {
     app::main("error: ", || {
         let (invocation, args) = upstream::invocation(std::env::args_os().collect());
@@ -279,7 +320,7 @@ fn own_listeners(controller: &ArgMatches, invocation: Invocation) -> OwnListener
     }
 }
 
-fn simulate_cmd(args: SimulateArgs) -> Result<String, Box<dyn std::error::Error>> {
+fn simulate_cmd(args: SimulateArgs) -> Result<String, CliError> {
     let sources = if args.paths.is_empty() {
         simulate::input::embedded_fleet()
     } else {
@@ -297,7 +338,7 @@ fn simulate_cmd(args: SimulateArgs) -> Result<String, Box<dyn std::error::Error>
             .keys()
             .any(|(ns, n)| format!("{ns}/{n}") == *only)
         {
-            return Err(format!("no Placement {only} in the input").into());
+            return Err(CliError::NoPlacement(only.clone()));
         }
     }
     let now = args.now.unwrap_or_else(jiff::Timestamp::now);
@@ -315,7 +356,7 @@ fn simulate_cmd(args: SimulateArgs) -> Result<String, Box<dyn std::error::Error>
     })
 }
 
-async fn explain_cmd(args: ExplainArgs) -> Result<String, Box<dyn std::error::Error>> {
+async fn explain_cmd(args: ExplainArgs) -> Result<String, CliError> {
     use placement_scheduler::explain;
     let (namespace, name) = explain::parse_key(&args.placement)?;
     let user_agent = concat!("placement-scheduler-explain/", env!("CARGO_PKG_VERSION"));
@@ -363,7 +404,7 @@ async fn controller_cmd(
     mut args: ControllerArgs,
     invocation: Invocation,
     own: OwnListeners,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<(), CliError> {
     let mut app = App::start(
         &args.app.log,
         concat!("placement-scheduler/", env!("CARGO_PKG_VERSION")),
@@ -397,11 +438,10 @@ async fn controller_cmd(
     };
     let leadership = running.elect(&args.app.leader, &hub, upstream::lease_name(invocation))?;
     let writes = hub.writer(&leadership)?;
-    let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
     // Ready once every watch has listed; until then /readyz names the watches that have not
     // and their last error (a missing CRD). A standby is ready too (it keeps warm stores).
     tokio::spawn(handle.sync.clone().report_to(running.health()));
-    let options = controller_options(args, leader);
+    let options = controller_options(args, leadership.clone());
     // A replica deposed by another holder exits (client-go's `OnStoppedLeading`) and comes
     // back as a standby when restarted; one that only missed its renewals (the apiserver
     // down) stops writing and leads again when it renews (see `Leadership::deposed`).
@@ -433,7 +473,7 @@ async fn serve_upstream_port(
     args: &ControllerArgs,
     invocation: Invocation,
     running: &Running,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<(), CliError> {
     if let Some(addr) = args.upstream.listen_address(invocation) {
         let probes = upstream::serve_probes(
             addr,
@@ -467,7 +507,7 @@ async fn check_alone(
     hub: &Hub,
     running: &Running,
     server: &str,
-) -> Result<Result<(), Stopped>, Box<dyn std::error::Error>> {
+) -> Result<Result<(), Stopped>, CliError> {
     if invocation == Invocation::Upstream {
         // It *is* OCM's placement controller: nothing to check.
         return Ok(Ok(()));
@@ -488,7 +528,7 @@ async fn check_alone(
 }
 
 /// The controller's options, from its flags.
-fn controller_options(args: ControllerArgs, leader: Arc<dyn Leader>) -> Options {
+fn controller_options(args: ControllerArgs, leadership: Leadership) -> Options {
     Options {
         workers: args.workers,
         workers_per_namespace: args.max_workers_per_namespace,
@@ -500,7 +540,7 @@ fn controller_options(args: ControllerArgs, leader: Arc<dyn Leader>) -> Options 
             max_delay: args.max_burst_delay,
         },
         balance_delay: args.balance_delay,
-        leader,
+        leadership,
     }
 }
 
@@ -525,17 +565,20 @@ fn upstream_flags(args: &mut ControllerArgs, invocation: Invocation) {
 /// self-signed certificate, or plain HTTP on loopback when asked for.
 async fn debug_endpoint(
     args: &ControllerArgs,
-    debugger: placement_scheduler::debug::Debugger,
+    debugger: Debugger,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<impl std::future::Future<Output = ()> + Send + 'static, Box<dyn std::error::Error>> {
-    use placement_scheduler::debug::{self, Transport};
+) -> Result<impl std::future::Future<Output = ()> + Send + 'static, CliError> {
+    use placement_scheduler::debug::Transport;
     let listener = tokio::net::TcpListener::bind(&args.debug_bind_address)
         .await
-        .map_err(|e| format!("--debug-bind-address {}: {e}", args.debug_bind_address))?;
-    let addr = listener.local_addr()?;
+        .map_err(|source| CliError::DebugBind {
+            address: args.debug_bind_address.clone(),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(CliError::DebugAddress)?;
     let transport = match (&args.tls_cert_file, &args.tls_key_file) {
         (Some(_), _) if args.debug_insecure_loopback => {
-            return Err("--debug-insecure-loopback and --tls-cert-file: choose one".into());
+            return Err(CliError::DebugTransport);
         }
         _ if args.debug_insecure_loopback => Transport::PlainLoopback,
         (Some(cert), Some(key)) => Transport::Tls(ocm_runtime::tls::server_config(cert, key)?),
@@ -552,8 +595,7 @@ async fn debug_endpoint(
     };
     // The same connection limits as the metrics port, counted separately.
     let listener = ocm_runtime::Listener::new(listener, args.app.serve.limits.clone());
-    debug::serve(listener, transport, debugger, shutdown)
-        .map_err(|e| format!("--debug-insecure-loopback: {e}").into())
+    debug::serve(listener, transport, debugger, shutdown).map_err(CliError::DebugServe)
 }
 
 #[cfg(test)]

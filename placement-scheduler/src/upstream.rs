@@ -207,6 +207,20 @@ pub fn lease_name(invocation: Invocation) -> &'static str {
     }
 }
 
+/// Why upstream's probe port cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbesError {
+    #[error("--listen {address}: {source}")]
+    Bind {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Address(std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] ocm_runtime::tls::TlsError),
+}
+
 /// `/healthz`, `/readyz` and `/metrics` over HTTPS on `addr`, as upstream serves them for the
 /// kubelet's probes: a future to spawn.
 pub async fn serve_probes(
@@ -215,11 +229,14 @@ pub async fn serve_probes(
     health: ocm_runtime::Health,
     limits: ocm_runtime::HttpLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<impl std::future::Future<Output = ()> + Send + 'static, Box<dyn std::error::Error>> {
+) -> Result<impl std::future::Future<Output = ()> + Send + 'static, ProbesError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("--listen {addr}: {e}"))?;
-    let bound = listener.local_addr()?;
+        .map_err(|source| ProbesError::Bind {
+            address: addr,
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(ProbesError::Address)?;
     let cert = Path::new(SERVING_CERT_DIR).join("tls.crt");
     let key = Path::new(SERVING_CERT_DIR).join("tls.key");
     let tls = if cert.exists() && key.exists() {

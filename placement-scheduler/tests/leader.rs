@@ -7,7 +7,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -17,7 +16,6 @@ use kube::Api;
 use kube::api::ListParams;
 use ocm_api::{Placement, PlacementDecision};
 use ocm_runtime::{LeaderElector, LeaderTimings};
-use placement_scheduler::controller::Leader;
 use serde_json::{Value, json};
 
 fn writes(r: &Running) -> u64 {
@@ -66,8 +64,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over() {
         .unwrap();
         let leadership = elector.leadership();
         let task = tokio::spawn(elector.run(std::future::pending()));
-        let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
-        let controller = start_controller(&hub.client, &hub.ns, Some(leader));
+        let controller = start_controller(&hub.client, &hub.ns, Some(leadership.clone()));
         replicas.push((id, leadership, task, controller));
     }
     hub.placement("p", json!({})).await;

@@ -253,7 +253,7 @@ impl FlapWatch {
                     else {
                         continue;
                     };
-                    let mut h = history.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut h = history.lock();
                     let set = |h: &History| -> BTreeSet<String> {
                         h.seen
                             .clusters_of(&placement)
@@ -278,7 +278,7 @@ impl FlapWatch {
     }
 
     fn with<T>(&self, f: impl FnOnce(&History) -> T) -> T {
-        f(&self.history.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&self.history.lock())
     }
 
     /// Each placement's current set of clusters.

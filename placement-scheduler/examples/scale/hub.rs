@@ -57,16 +57,13 @@ impl Hub {
     }
 
     pub(crate) fn count(&self, verb: &str, resource: &str, n: f64) {
-        let mut h = self.harness.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = self.harness.lock();
         *h.entry((verb.to_owned(), resource.to_owned()))
             .or_insert(0.0) += n;
     }
 
     pub(crate) fn harness_requests(&self) -> BTreeMap<(String, String), f64> {
-        self.harness
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.harness.lock().clone()
     }
 
     /// Server-side apply of a cluster-scoped object.

@@ -67,8 +67,8 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
@@ -81,7 +81,8 @@ use ocm_api::{
     AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
     PlacementDecision,
 };
-use ocm_runtime::leader::parse_duration;
+use ocm_runtime::flags::parse_duration;
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use testenv::harness::BoxError;
 use testenv::process::ChildProcess;

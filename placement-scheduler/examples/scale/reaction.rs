@@ -91,9 +91,7 @@ impl DecisionWatch {
                             continue;
                         }
                     };
-                    seen.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .apply(&d, deleted, at);
+                    seen.lock().apply(&d, deleted, at);
                     n += 1;
                     let _ = tx.send(n);
                 }
@@ -129,7 +127,7 @@ impl DecisionWatch {
     ) -> Option<Instant> {
         loop {
             {
-                let s = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+                let s = self.seen.lock();
                 let have = s.clusters_of(placement);
                 if have.len() == want.len() && want.iter().all(|w| have.contains(w.as_str())) {
                     return s.changed.get(placement).copied();

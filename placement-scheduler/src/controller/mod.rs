@@ -27,18 +27,18 @@ mod writer;
 
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use kube::Client;
 use ocm_api::{
     AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
     PlacementDecision,
 };
+use ocm_runtime::Leadership;
+use ocm_runtime::events::Recorder;
 use tokio::task::JoinSet;
 
-use events::Recorder;
 use metrics::Metrics;
 use pass::{BalanceTurns, now_seconds};
 use queue::Queue;
@@ -46,56 +46,6 @@ use state::Shared;
 use sweep::Sweeps;
 use triggers::Key;
 use writer::Writer;
-
-/// Who may write. The controller asks before every write.
-pub trait Leader: Send + Sync + 'static {
-    fn is_leader(&self) -> bool;
-
-    /// Resolves once [`Leader::is_leader`] may no longer be `leading` (at once if it is not),
-    /// so that the controller waits for leadership changes instead of polling them. The
-    /// default polls every 200 ms.
-    fn changes_from(&self, leading: bool) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            while self.is_leader() == leading {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    }
-}
-
-impl Leader for ocm_runtime::Leadership {
-    fn is_leader(&self) -> bool {
-        ocm_runtime::Leadership::is_leader(self)
-    }
-
-    fn changes_from(&self, leading: bool) -> BoxFuture<'_, ()> {
-        let mut l = self.clone();
-        Box::pin(async move {
-            if leading {
-                l.lost().await;
-            } else {
-                l.wait_leader().await;
-            }
-        })
-    }
-}
-
-/// Always the leader (leader election disabled, or a test).
-pub struct AlwaysLeader;
-
-impl Leader for AlwaysLeader {
-    fn is_leader(&self) -> bool {
-        true
-    }
-
-    fn changes_from(&self, leading: bool) -> BoxFuture<'_, ()> {
-        if leading {
-            Box::pin(std::future::pending())
-        } else {
-            Box::pin(std::future::ready(()))
-        }
-    }
-}
 
 /// How the controller runs.
 pub struct Options {
@@ -121,7 +71,9 @@ pub struct Options {
     /// a wave (or a resync, or a requeue they asked for) makes do not start another one: they
     /// wait for the next resync.
     pub balance_delay: Duration,
-    pub leader: Arc<dyn Leader>,
+    /// Who may write: the controller asks before every write
+    /// ([`Leadership::always`] without election).
+    pub leadership: Leadership,
 }
 
 impl Default for Options {
@@ -133,7 +85,7 @@ impl Default for Options {
             namespaces: Vec::new(),
             pacing: queue::Pacing::DEFAULT,
             balance_delay: Duration::ZERO,
-            leader: Arc::new(AlwaysLeader),
+            leadership: Leadership::always(),
         }
     }
 }
@@ -181,10 +133,6 @@ impl crate::debug::DebugSource for Handle {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// What the controller's tasks share.
 struct Ctx {
     handle: Handle,
@@ -202,7 +150,7 @@ impl Ctx {
     /// The context, and the event recorder its writer feeds (run it beside the workers).
     fn new(client: Client, handle: Handle, options: Options) -> (Arc<Self>, Recorder) {
         let (writer, recorder) =
-            Writer::new(client, handle.metrics.clone(), options.leader.clone());
+            Writer::new(client, handle.metrics.clone(), options.leadership.clone());
         let queue = Queue::with_pacing(options.pacing)
             .with_fairness(fairness(&options))
             .with_gauges(&handle.metrics.queue_depth, &handle.metrics.cache_entries);
@@ -307,7 +255,7 @@ fn spawn_workers(tasks: &mut JoinSet<()>, ctx: &Arc<Ctx>) {
 async fn leadership(ctx: Arc<Ctx>) {
     let mut was = false;
     loop {
-        let now = ctx.options.leader.is_leader();
+        let now = ctx.options.leadership.is_leader();
         if now && !was {
             tracing::info!("became the leader");
             ctx.enqueue_all();
@@ -315,6 +263,6 @@ async fn leadership(ctx: Arc<Ctx>) {
             tracing::warn!("lost the leadership; writes stop");
         }
         was = now;
-        ctx.options.leader.changes_from(now).await;
+        ctx.options.leadership.changes_from(now).await;
     }
 }

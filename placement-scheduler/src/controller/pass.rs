@@ -3,19 +3,20 @@
 //! recorder, and queues what the pass asks for (requeue times, moved placements).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use ocm_api::Placement;
+use parking_lot::Mutex;
 use placement_core::{Code, Laps, Outcome, Snapshot};
 use tokio::sync::OwnedMutexGuard;
 
+use super::Ctx;
 use super::metrics::{self, Metrics};
 use super::sweep::{self, PassStart};
 use super::triggers::Key;
 use super::writer::{self, Versions, WriteError};
-use super::{Ctx, lock};
 
 /// The longest a Balance user's pass waits for the previous one's writes (see `process`).
 const BALANCE_TURN_WAIT: Duration = Duration::from_secs(1);
@@ -72,7 +73,7 @@ impl BalanceTurns {
     /// The turn of `namespace` (namespaces whose turn nobody holds or waits for are forgotten
     /// when another is added, so the map holds the busy ones).
     pub(super) fn of(&self, namespace: &Arc<str>) -> Arc<tokio::sync::Mutex<()>> {
-        let mut turns = lock(&self.0);
+        let mut turns = self.0.lock();
         if let Some(t) = turns.get(namespace) {
             return t.clone();
         }
@@ -90,8 +91,8 @@ pub(super) fn now_seconds() -> Timestamp {
 
 pub(super) async fn worker(ctx: Arc<Ctx>) {
     loop {
-        while !ctx.options.leader.is_leader() {
-            ctx.options.leader.changes_from(false).await;
+        while !ctx.options.leadership.is_leader() {
+            ctx.options.leadership.changes_from(false).await;
         }
         let batch = ctx.queue.next_batch(1).await;
         for key in batch {

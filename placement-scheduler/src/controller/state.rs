@@ -8,12 +8,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 use ocm_api::{
     AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
     PlacementDecision,
 };
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::listing::key_of;
 use super::slim;
@@ -151,17 +152,11 @@ pub struct Shared(Arc<RwLock<State>>);
 
 impl Shared {
     pub fn read(&self) -> RwLockReadGuard<'_, State> {
-        match self.0.read() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        self.0.read()
     }
 
     pub fn write(&self) -> RwLockWriteGuard<'_, State> {
-        match self.0.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        self.0.write()
     }
 }
 

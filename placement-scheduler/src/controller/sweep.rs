@@ -9,16 +9,17 @@
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ocm_api::Placement;
+use parking_lot::Mutex;
 use placement_core::{Outcome, Snapshot};
 
+use super::Ctx;
 use super::state::Shared;
 use super::triggers::{self, Key, SlotSet};
-use super::{Ctx, lock};
 
 /// What a placement's last successful pass was computed from: a resync or a Balance wave
 /// skips the placement while these are unchanged (its pass would change nothing).
@@ -67,7 +68,7 @@ impl Sweeps {
         if keys.is_empty() {
             return;
         }
-        let mut quiet = lock(&self.quiet);
+        let mut quiet = self.quiet.lock();
         if !quiet.is_empty() {
             for k in keys {
                 quiet.remove(k);
@@ -77,12 +78,12 @@ impl Sweeps {
 
     /// A sweep queued `keys`: their passes are quiet.
     fn on_sweep(&self, keys: &[Key]) {
-        lock(&self.quiet).extend(keys.iter().cloned());
+        self.quiet.lock().extend(keys.iter().cloned());
     }
 
     /// A pass of `key` starts (before it takes its snapshot).
     pub(super) fn on_pass_start(&self, key: &Key) -> PassStart {
-        let quiet = lock(&self.quiet).remove(key);
+        let quiet = self.quiet.lock().remove(key);
         // Read before the snapshot: a change after this makes the mark older than the store.
         let inputs = self.inputs.load(Ordering::SeqCst);
         PassStart { quiet, inputs }
@@ -108,19 +109,19 @@ impl Sweeps {
             placement: placement_fingerprint(placement),
             balance,
         };
-        lock(&self.marks).insert(key.clone(), mark);
+        self.marks.lock().insert(key.clone(), mark);
     }
 
     /// A quiet pass asked to be scheduled again (a score held back by `scoreRateLimit`,
     /// written when the window ends): that pass is still the sweep's, and its move must not
     /// start another wave.
     pub(super) fn stay_quiet(&self, key: &Key) {
-        lock(&self.quiet).insert(key.clone());
+        self.quiet.lock().insert(key.clone());
     }
 
     /// The placement is gone.
     pub(super) fn forget(&self, key: &Key) {
-        lock(&self.marks).remove(key);
+        self.marks.lock().remove(key);
     }
 
     /// The placements whose inputs changed since their last successful pass (or that have
@@ -129,7 +130,7 @@ impl Sweeps {
     fn stale(&self, state: &Shared, balance_only: bool) -> Vec<Key> {
         let inputs = self.inputs.load(Ordering::SeqCst);
         let (candidates, snapshot) = candidates(state, balance_only);
-        let marks = lock(&self.marks);
+        let marks = self.marks.lock();
         candidates
             .into_iter()
             .filter(|(key, placement, balance)| {

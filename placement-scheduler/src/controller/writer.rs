@@ -20,15 +20,19 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use ocm_api::{Placement, PlacementDecision};
-use ocm_runtime::leader::{NotLeader, is_not_leader};
+use ocm_runtime::Leadership;
+use ocm_runtime::events::{Events, Recorder};
+use ocm_runtime::leader::NotLeader;
+use ocm_runtime::write::{
+    self, is_already_exists, is_conflict, is_not_found, is_not_leader, is_unreachable,
+};
 use serde_json::json;
 use thiserror::Error;
 
-use super::Leader;
-use super::events::{Events, Publish, Recorder, Timing};
+use super::events;
 use super::metrics::Metrics;
 use super::state::{OwnWrite, Shared};
 use super::triggers::Key;
@@ -52,18 +56,7 @@ pub(crate) struct Writer {
     client: Client,
     events: Events,
     metrics: Arc<Metrics>,
-    leader: Arc<dyn Leader>,
-}
-
-/// Throttling, server errors and connection failures are worth another try. A conflict is
-/// not: our precondition failed, so the body was computed from an outdated object.
-fn transient(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        kube::Error::Service(_) => !is_not_leader(e),
-        kube::Error::HyperError(_) => true,
-        _ => false,
-    }
+    leadership: Leadership,
 }
 
 /// The `resourceVersion` and `uid` of the PlacementDecisions an outcome was computed from, by
@@ -100,12 +93,15 @@ impl Versions {
         }
     }
 
-    /// Delete preconditions: the object we computed from, not one re-created since.
-    fn preconditions(&self, name: &str) -> Option<Preconditions> {
-        self.0.get(name).map(|(rv, uid)| Preconditions {
-            resource_version: Some(rv.clone()),
-            uid: Some(uid.clone()),
-        })
+    /// Delete parameters: only the object we computed from, not one re-created or changed
+    /// since (unconditional when we know none).
+    fn delete_params(&self, name: &str) -> kube::api::DeleteParams {
+        let (rv, uid) = self
+            .0
+            .get(name)
+            .map(|(rv, uid)| (rv.as_str(), uid.as_str()))
+            .unzip();
+        write::delete_params(uid, rv)
     }
 }
 
@@ -149,18 +145,6 @@ fn patch_params() -> PatchParams {
     PatchParams::default().validation_ignore()
 }
 
-/// A merge patch body `{"metadata": {"resourceVersion": rv}, ...body}`: the apiserver applies
-/// it only to that version (409 otherwise).
-fn preconditioned(mut body: serde_json::Value, rv: Option<&str>) -> serde_json::Value {
-    if let (Some(rv), Some(o)) = (rv, body.as_object_mut()) {
-        let meta = o.entry("metadata").or_insert_with(|| json!({}));
-        if let Some(m) = meta.as_object_mut() {
-            m.insert("resourceVersion".into(), json!(rv));
-        }
-    }
-    body
-}
-
 fn backoff() -> ExponentialBuilder {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(50))
@@ -169,38 +153,25 @@ fn backoff() -> ExponentialBuilder {
         .with_jitter()
 }
 
-fn not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-fn already_exists(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
-}
-
 impl Writer {
     /// The writer, and the event recorder it feeds: run [`Recorder::run`] beside the workers.
     pub(crate) fn new(
         client: Client,
         metrics: Arc<Metrics>,
-        leader: Arc<dyn Leader>,
+        leadership: Leadership,
     ) -> (Self, Recorder) {
-        let (events, recorder) = super::events::recorder(
-            client.clone(),
-            metrics.clone(),
-            leader.clone(),
-            Timing::default(),
-        );
+        let (events, recorder) = events::recorder(client.clone(), &metrics, leadership.clone());
         let writer = Self {
             client,
             events,
             metrics,
-            leader,
+            leadership,
         };
         (writer, recorder)
     }
 
     fn check_leader(&self, what: &str) -> Result<(), WriteError> {
-        if self.leader.is_leader() {
+        if self.leadership.is_leader() {
             Ok(())
         } else {
             Err(WriteError::NotLeader(what.to_owned()))
@@ -221,7 +192,7 @@ impl Writer {
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
         let attempt = || {
-            let call = self.leader.is_leader().then(&mut f);
+            let call = self.leadership.is_leader().then(&mut f);
             async move {
                 match call {
                     Some(call) => call.await,
@@ -232,16 +203,18 @@ impl Writer {
                 }
             }
         };
+        // Throttling, server errors and connection failures are worth another try. A conflict
+        // is not: our precondition failed, so the body was computed from an outdated object.
         let result = attempt
             .retry(backoff())
-            .when(|e| transient(e) && !already_exists(e))
+            .when(is_unreachable)
             .notify(|e, d| tracing::debug!(verb, what, error = %e, after = ?d, "retrying"))
             .await;
         let outcome = match &result {
             Ok(_) => "success",
-            Err(e) if not_found(e) => "not_found",
-            Err(e) if already_exists(e) => "already_exists",
-            Err(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Err(e) if is_not_found(e) => "not_found",
+            Err(e) if is_already_exists(e) => "already_exists",
+            Err(e) if is_conflict(e) => "conflict",
             Err(e) if is_not_leader(e) => "not_leader",
             Err(_) => "error",
         };
@@ -333,7 +306,7 @@ impl Writer {
         let what = format!("Placement {ns}/{}", outcome.name);
         self.check_leader(&what)?;
         let placements: Api<Placement> = Api::namespaced(self.client.clone(), ns);
-        let body = preconditioned(
+        let body = write::preconditioned(
             json!({"status": outcome.placement_status}),
             placement.metadata.resource_version.as_deref(),
         );
@@ -346,7 +319,7 @@ impl Writer {
         match patched {
             Ok(p) => Ok(state.write().apply_placement(p)),
             // Deleted meanwhile: its decisions go with it (owner references).
-            Err(WriteError::Api { source, .. }) if not_found(&source) => Ok(BTreeSet::new()),
+            Err(WriteError::Api { source, .. }) if is_not_found(&source) => Ok(BTreeSet::new()),
             Err(e) => Err(e),
         }
     }
@@ -422,7 +395,7 @@ impl Writer {
         match created {
             Ok(c) => Ok((c, true)),
             // Our cache was behind: the object exists; make its labels and status ours.
-            Err(WriteError::Api { source, .. }) if already_exists(&source) => {
+            Err(WriteError::Api { source, .. }) if is_already_exists(&source) => {
                 let mut labels = json!({"metadata": {"labels": body.metadata.labels}});
                 // Ours only, and only when we set some (null would remove them all).
                 if let Some(a) = &body.metadata.annotations {
@@ -444,7 +417,7 @@ impl Writer {
         rv: Option<&str>,
         what: &str,
     ) -> Result<PlacementDecision, WriteError> {
-        let (pp, body) = (patch_params(), preconditioned(body, rv));
+        let (pp, body) = (patch_params(), write::preconditioned(body, rv));
         let patch = Patch::Merge(&body);
         self.call("patch", "placementdecisions/status", what, || {
             api.patch_status(name, &pp, &patch)
@@ -461,7 +434,7 @@ impl Writer {
         rv: Option<&str>,
         what: &str,
     ) -> Result<PlacementDecision, WriteError> {
-        let (pp, body) = (patch_params(), preconditioned(body, rv));
+        let (pp, body) = (patch_params(), write::preconditioned(body, rv));
         let patch = Patch::Merge(&body);
         self.call("patch", "placementdecisions", what, || {
             api.patch(name, &pp, &patch)
@@ -478,10 +451,7 @@ impl Writer {
         versions: &Versions,
         what: &str,
     ) -> Result<(), WriteError> {
-        let dp = DeleteParams {
-            preconditions: versions.preconditions(name),
-            ..DeleteParams::default()
-        };
+        let dp = versions.delete_params(name);
         let deleted = self
             .call("delete", "placementdecisions", what, || {
                 api.delete(name, &dp)
@@ -489,7 +459,7 @@ impl Writer {
             .await;
         match deleted {
             Ok(_) => Ok(()),
-            Err(WriteError::Api { source, .. }) if not_found(&source) => Ok(()),
+            Err(WriteError::Api { source, .. }) if is_not_found(&source) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -509,54 +479,8 @@ impl Writer {
                 namespace: Some(namespace.clone()),
                 ..ObjectReference::default()
             });
-            self.events.publish(Publish {
-                namespace: namespace.clone(),
-                regarding: regarding.clone(),
-                related,
-                event: e.clone(),
-                at,
-            });
+            self.events
+                .publish(events::occurrence(&namespace, &regarding, related, e, at));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api_error(code: u16, reason: &str) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status::failure("test", reason)
-                .with_code(code)
-                .boxed(),
-        )
-    }
-
-    #[test]
-    fn a_precondition_goes_into_the_patch_body() {
-        let body = preconditioned(json!({"status": {"decisions": []}}), Some("42"));
-        assert_eq!(
-            body,
-            json!({"metadata": {"resourceVersion": "42"}, "status": {"decisions": []}})
-        );
-        let labels = preconditioned(json!({"metadata": {"labels": {"a": "b"}}}), Some("7"));
-        assert_eq!(
-            labels,
-            json!({"metadata": {"labels": {"a": "b"}, "resourceVersion": "7"}})
-        );
-        let unknown = preconditioned(json!({"status": {}}), None);
-        assert_eq!(unknown, json!({"status": {}}));
-    }
-
-    #[test]
-    fn conflicts_and_refusals_are_not_retried() {
-        assert!(!transient(&api_error(409, "Conflict")));
-        assert!(!transient(&kube::Error::Service(Box::new(NotLeader {
-            method: "PATCH".into(),
-            path: "/x".into(),
-        }))));
-        assert!(transient(&api_error(429, "TooManyRequests")));
-        assert!(transient(&api_error(503, "ServiceUnavailable")));
-        assert!(!transient(&api_error(404, "NotFound")));
     }
 }

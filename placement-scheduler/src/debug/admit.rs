@@ -14,17 +14,14 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 /// How many client addresses the per-source buckets remember (the full ones are forgotten
 /// first; a forgotten address starts full again, which costs at most one burst).
 const MAX_SOURCES: usize = 4096;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Counters changed in one step each: a panic cannot leave them half-updated.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Work slots shared fairly among users.
 #[derive(Debug)]
@@ -43,7 +40,7 @@ pub struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = lock(&self.held);
+        let mut held = self.held.lock();
         if let Some(n) = held.get_mut(&self.user) {
             *n -= 1;
             if *n == 0 {
@@ -73,7 +70,7 @@ impl Slots {
 
     /// A slot for `user`, or why not. Never waits.
     pub fn try_take(&self, user: &str) -> Result<Slot, Refusal> {
-        let mut held = lock(&self.held);
+        let mut held = self.held.lock();
         let mine = held.get(user).copied().unwrap_or(0);
         let users = held.len() + usize::from(mine == 0);
         let share = (self.capacity / users).clamp(1, self.per_user);
@@ -161,7 +158,7 @@ impl ReviewGate {
         if self.rate <= 0.0 {
             return true;
         }
-        let mut sources = lock(&self.sources);
+        let mut sources = self.sources.lock();
         let (rate, burst) = (self.rate, self.burst);
         let refill = |b: &Bucket| {
             let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
@@ -240,7 +237,7 @@ mod tests {
         let b = slots.try_take("b").unwrap();
         drop(b);
         assert!(
-            lock(&slots.held).is_empty(),
+            slots.held.lock().is_empty(),
             "no user is remembered without a slot"
         );
     }
@@ -306,7 +303,7 @@ mod tests {
             let ip = IpAddr::from(std::net::Ipv4Addr::from(i));
             assert!(gate.spend(ip, now));
         }
-        assert!(lock(&gate.sources).len() <= MAX_SOURCES);
+        assert!(gate.sources.lock().len() <= MAX_SOURCES);
     }
 
     #[test]

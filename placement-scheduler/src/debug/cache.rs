@@ -2,8 +2,9 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, MutexGuard};
 
 /// A SHA-256 of a bearer token: what the caches keep instead of the token.
 pub type Digest = [u8; 32];
@@ -32,9 +33,8 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
         }
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<K, (Instant, V)>> {
-        // Whole entries are inserted and removed: a panic cannot leave one half-written.
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    fn entries(&self) -> MutexGuard<'_, HashMap<K, (Instant, V)>> {
+        self.entries.lock()
     }
 
     /// The value for `key` unless it expired by `now` (an expired one is forgotten).

@@ -155,7 +155,7 @@ pub struct DebugLimits {
     /// How long SubjectAccessReview answers are reused (10s, as the generic apiserver), and
     /// TokenReview answers: an accepted token for half of it (kube-apiserver's own token cache
     /// may add up to 10 s), a refused one for at most 2 s; 0 turns the cache off.
-    #[arg(long, env = "DEBUG_REVIEW_CACHE_TTL", default_value = "10s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "DEBUG_REVIEW_CACHE_TTL", default_value = "10s", value_parser = ocm_runtime::flags::parse_duration)]
     pub debug_review_cache_ttl: Duration,
     /// Cached review answers kept at most, per kind (the soonest to expire make room).
     #[arg(long, env = "DEBUG_REVIEW_CACHE_SIZE", default_value_t = 1024)]
@@ -433,33 +433,15 @@ impl Debugger {
             Method::POST => false,
             ref other => return Err(DebugError::MethodNotAllowed(other.to_string())),
         };
-        let slot = self.slots.try_take(&user.name).map_err(|refusal| {
-            self.metrics.throttled.inc();
-            match refusal {
-                admit::Refusal::Full => DebugError::Busy(self.limits.debug_max_concurrent_requests),
-                admit::Refusal::Share(share) => DebugError::UserBusy(share),
-            }
-        })?;
-        let placement = match get {
-            true => {
-                let (namespace, name) = split_key(key).ok_or(DebugError::InvalidPath)?;
-                self.authorize(&user, &digest, "get", namespace).await?;
-                self.source
-                    .placement(namespace, name)
-                    .ok_or_else(|| DebugError::NotFound(name.to_owned()))?
-            }
-            false => {
-                let placement =
-                    read_placement(req.into_body(), self.limits.debug_max_body_bytes).await?;
-                let namespace = placement
-                    .metadata
-                    .namespace
-                    .as_deref()
-                    .filter(|ns| !ns.is_empty())
-                    .ok_or(DebugError::NoNamespace)?;
-                self.authorize(&user, &digest, "create", namespace).await?;
-                Arc::new(placement)
-            }
+        let slot = self.take_slot(&user)?;
+        let placement = if get {
+            let (namespace, name) = split_key(key).ok_or(DebugError::InvalidPath)?;
+            self.authorize(&user, &digest, "get", namespace).await?;
+            self.source
+                .placement(namespace, name)
+                .ok_or_else(|| DebugError::NotFound(name.to_owned()))?
+        } else {
+            self.posted_placement(req, &user, &digest).await?
         };
         // The name is the caller's to choose (a ServiceAccount's, a user's): `?` escapes it,
         // so that a newline in it cannot start a line of its own in the text log.
@@ -469,9 +451,50 @@ impl Debugger {
             name = placement.metadata.name.as_deref().unwrap_or_default(),
             "debug scheduling"
         );
+        self.schedule(placement, slot).await
+    }
 
-        // Scheduling is CPU work (tens of ms on a large fleet): off the async workers. The
-        // slot goes along, so that a caller who hangs up does not free it early.
+    /// A work slot for `user`, or the refusal (counted as throttled).
+    fn take_slot(&self, user: &User) -> Result<admit::Slot, DebugError> {
+        self.slots.try_take(&user.name).map_err(|refusal| {
+            self.metrics.throttled.inc();
+            match refusal {
+                admit::Refusal::Full => DebugError::Busy(self.limits.debug_max_concurrent_requests),
+                admit::Refusal::Share(share) => DebugError::UserBusy(share),
+            }
+        })
+    }
+
+    /// The Placement in a POST's body, once `user` may create Placements in its namespace.
+    async fn posted_placement<B>(
+        &self,
+        req: Request<B>,
+        user: &User,
+        digest: &cache::Digest,
+    ) -> Result<Arc<Placement>, DebugError>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let placement = read_placement(req.into_body(), self.limits.debug_max_body_bytes).await?;
+        let namespace = placement
+            .metadata
+            .namespace
+            .as_deref()
+            .filter(|ns| !ns.is_empty())
+            .ok_or(DebugError::NoNamespace)?;
+        self.authorize(user, digest, "create", namespace).await?;
+        Ok(Arc::new(placement))
+    }
+
+    /// Schedules `placement` and encodes upstream's result. Scheduling is CPU work (tens of
+    /// ms on a large fleet): off the async workers. The slot goes along, so that a caller who
+    /// hangs up does not free it early.
+    async fn schedule(
+        &self,
+        placement: Arc<Placement>,
+        slot: admit::Slot,
+    ) -> Result<Vec<u8>, DebugError> {
         let source = self.source.clone();
         tokio::task::spawn_blocking(move || {
             let _slot = slot;

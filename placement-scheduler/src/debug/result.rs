@@ -68,27 +68,35 @@ pub struct ClusterScore {
 /// Upstream's result shape from one scheduling outcome (see the module documentation for the
 /// orders and quirks).
 pub fn debug_result(placement: &Placement, outcome: &Outcome) -> DebugResult {
-    // Totals by cluster, when the core got as far as scoring.
-    let totals: Option<HashMap<&str, i64>> =
-        (outcome.totals.len() == outcome.filtered.len()).then(|| {
-            outcome
-                .filtered
-                .iter()
-                .map(|n| &**n)
-                .zip(outcome.totals.iter().copied())
-                .collect()
-        });
-    let by_score = |list: &mut Vec<String>, totals: &HashMap<&str, i64>| {
-        list.sort_by(|a, b| {
-            let (ta, tb) = (totals.get(a.as_str()), totals.get(b.as_str()));
-            tb.cmp(&ta).then_with(|| a.cmp(b))
-        });
-    };
+    let totals = totals(outcome);
+    DebugResult {
+        placement: Some(bare(placement)),
+        filter_results: filter_steps(outcome, totals.as_ref()),
+        prioritize_results: prioritize_steps(outcome),
+        aggregated_scores: aggregated_scores(outcome, totals.is_some()),
+        held_moves: outcome.held.iter().map(ToString::to_string).collect(),
+        error: String::new(),
+    }
+}
 
-    // Each filter's kept clusters: the previous ones minus what it dropped.
+/// Totals by cluster, when the core got as far as scoring.
+fn totals(outcome: &Outcome) -> Option<HashMap<&str, i64>> {
+    (outcome.totals.len() == outcome.filtered.len()).then(|| {
+        outcome
+            .filtered
+            .iter()
+            .map(|n| &**n)
+            .zip(outcome.totals.iter().copied())
+            .collect()
+    })
+}
+
+/// Each filter's kept clusters: the previous ones minus what it dropped, named by the
+/// filters so far.
+fn filter_steps(outcome: &Outcome, totals: Option<&HashMap<&str, i64>>) -> Vec<FilterStep> {
     let mut kept: Vec<&str> = outcome.available.iter().map(|n| &**n).collect();
     let mut names: Vec<&str> = Vec::with_capacity(outcome.filters.len());
-    let mut filter_results = Vec::with_capacity(outcome.filters.len());
+    let mut steps = Vec::with_capacity(outcome.filters.len());
     for (i, f) in outcome.filters.iter().enumerate() {
         let dropped: HashSet<&str> = f.dropped.iter().map(|(n, _)| &**n).collect();
         kept.retain(|c| !dropped.contains(c));
@@ -96,17 +104,24 @@ pub fn debug_result(placement: &Placement, outcome: &Outcome) -> DebugResult {
         let mut list: Vec<String> = kept.iter().map(|c| (*c).to_owned()).collect();
         // Upstream's quirk: the final sort works in place on the last filter's slice.
         if i + 1 == outcome.filters.len()
-            && let Some(totals) = &totals
+            && let Some(totals) = totals
         {
-            by_score(&mut list, totals);
+            list.sort_by(|a, b| {
+                let (ta, tb) = (totals.get(a.as_str()), totals.get(b.as_str()));
+                tb.cmp(&ta).then_with(|| a.cmp(b))
+            });
         }
-        filter_results.push(FilterStep {
+        steps.push(FilterStep {
             name: names.join(","),
             filtered_clusters: list,
         });
     }
+    steps
+}
 
-    let prioritize_results = outcome
+/// Each prioritizer's scores of the filtered clusters it scored.
+fn prioritize_steps(outcome: &Outcome) -> Vec<PrioritizeStep> {
+    outcome
         .prioritizers
         .iter()
         .map(|p| PrioritizeStep {
@@ -119,42 +134,42 @@ pub fn debug_result(placement: &Placement, outcome: &Outcome) -> DebugResult {
                 .filter_map(|(c, s)| s.map(|s| (c.to_string(), s)))
                 .collect(),
         })
-        .collect();
+        .collect()
+}
 
-    let mut aggregated_scores: Vec<ClusterScore> = match &totals {
-        Some(_) => outcome
-            .filtered
-            .iter()
-            .zip(&outcome.totals)
-            .map(|(c, t)| ClusterScore {
-                cluster_name: c.to_string(),
-                score: *t,
-            })
-            .collect(),
-        None => Vec::new(),
-    };
-    aggregated_scores.sort_by(|a, b| {
+/// The totals, highest first (then by name); none when the core did not score.
+fn aggregated_scores(outcome: &Outcome, scored: bool) -> Vec<ClusterScore> {
+    if !scored {
+        return Vec::new();
+    }
+    let mut scores: Vec<ClusterScore> = outcome
+        .filtered
+        .iter()
+        .zip(&outcome.totals)
+        .map(|(c, t)| ClusterScore {
+            cluster_name: c.to_string(),
+            score: *t,
+        })
+        .collect();
+    scores.sort_by(|a, b| {
         b.score
             .cmp(&a.score)
             .then_with(|| a.cluster_name.cmp(&b.cluster_name))
     });
+    scores
+}
 
-    DebugResult {
-        placement: Some(Placement {
-            metadata: ObjectMeta {
-                name: placement.metadata.name.clone(),
-                namespace: placement.metadata.namespace.clone(),
-                labels: placement.metadata.labels.clone(),
-                annotations: placement.metadata.annotations.clone(),
-                ..Default::default()
-            },
-            spec: placement.spec.clone(),
-            status: None,
-        }),
-        filter_results,
-        prioritize_results,
-        aggregated_scores,
-        held_moves: outcome.held.iter().map(ToString::to_string).collect(),
-        error: String::new(),
+/// The placement as upstream's result shows it: name, namespace, labels, annotations, spec.
+fn bare(placement: &Placement) -> Placement {
+    Placement {
+        metadata: ObjectMeta {
+            name: placement.metadata.name.clone(),
+            namespace: placement.metadata.namespace.clone(),
+            labels: placement.metadata.labels.clone(),
+            annotations: placement.metadata.annotations.clone(),
+            ..Default::default()
+        },
+        spec: placement.spec.clone(),
+        status: None,
     }
 }

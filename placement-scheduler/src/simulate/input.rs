@@ -161,43 +161,9 @@ impl Objects {
     }
 
     fn add_object(&mut self, path: &str, doc: usize, v: Value) -> Result<(), InputError> {
-        let text = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let meta = |k: &str| {
-            v.get("metadata")
-                .and_then(|m| m.get(k))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let (api_version, kind, name) = (text("apiVersion"), text("kind"), meta("name"));
-        let namespace = meta("namespace");
-        let object = if namespace.is_empty() {
-            format!("document {doc}: {kind} {name}")
-        } else {
-            format!("document {doc}: {kind} {namespace}/{name}")
-        };
-        let bad = |message: String| InputError::Object {
-            path: path.to_owned(),
-            object: object.clone(),
-            message,
-        };
-        if name.is_empty() {
-            return Err(bad("metadata.name is required".into()));
-        }
-        let group = api_version.split('/').next().unwrap_or_default();
-        if group != ocm_api::wellknown::group::CLUSTER {
-            return Err(bad(format!(
-                "unsupported apiVersion {api_version:?}: simulate reads ManagedCluster, ManagedClusterSet, \
-                 ManagedClusterSetBinding, Placement, PlacementDecision and AddOnPlacementScore \
-                 (group {})",
-                ocm_api::wellknown::group::CLUSTER
-            )));
-        }
+        let header = Header::of(path, doc, &v)?;
+        let bad = |message: String| header.bad(message);
+        let (name, namespace) = (header.name.clone(), header.namespace.clone());
         fn decode<T: DeserializeOwned>(v: Value) -> Result<T, String> {
             serde_json::from_value(v).map_err(|e| e.to_string())
         }
@@ -208,7 +174,7 @@ impl Objects {
                 ns.to_owned()
             }
         };
-        match kind.as_str() {
+        match header.kind.as_str() {
             "ManagedCluster" => {
                 self.clusters.insert(name, decode(v).map_err(bad)?);
             }
@@ -279,5 +245,69 @@ impl Objects {
             s.upsert_decision(Arc::new(d.clone()));
         }
         s
+    }
+}
+
+/// What a document says it is, checked before it is decoded: a name, and the group simulate
+/// reads.
+struct Header {
+    kind: String,
+    name: String,
+    namespace: String,
+    path: String,
+    /// How errors name the object: `document <n>: <kind> [<namespace>/]<name>`.
+    object: String,
+}
+
+impl Header {
+    fn of(path: &str, doc: usize, v: &Value) -> Result<Self, InputError> {
+        let text = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let meta = |k: &str| {
+            v.get("metadata")
+                .and_then(|m| m.get(k))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (api_version, kind, name) = (text("apiVersion"), text("kind"), meta("name"));
+        let namespace = meta("namespace");
+        let object = if namespace.is_empty() {
+            format!("document {doc}: {kind} {name}")
+        } else {
+            format!("document {doc}: {kind} {namespace}/{name}")
+        };
+        let header = Self {
+            kind,
+            name,
+            namespace,
+            path: path.to_owned(),
+            object,
+        };
+        if header.name.is_empty() {
+            return Err(header.bad("metadata.name is required".into()));
+        }
+        let group = api_version.split('/').next().unwrap_or_default();
+        if group != ocm_api::wellknown::group::CLUSTER {
+            return Err(header.bad(format!(
+                "unsupported apiVersion {api_version:?}: simulate reads ManagedCluster, ManagedClusterSet, \
+                 ManagedClusterSetBinding, Placement, PlacementDecision and AddOnPlacementScore \
+                 (group {})",
+                ocm_api::wellknown::group::CLUSTER
+            )));
+        }
+        Ok(header)
+    }
+
+    fn bad(&self, message: String) -> InputError {
+        InputError::Object {
+            path: self.path.clone(),
+            object: self.object.clone(),
+            message,
+        }
     }
 }

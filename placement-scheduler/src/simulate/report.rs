@@ -38,6 +38,21 @@ pub fn text(results: &[Simulated]) -> String {
 }
 
 fn placement_text(out: &mut String, o: &Outcome) {
+    status_text(out, o);
+    selection_text(out, o);
+    decisions_text(out, o);
+    if !o.filtered.is_empty() {
+        score_table(out, o);
+    }
+    filtered_out_text(out, o);
+    spread_text(out, o);
+    if let Some(t) = o.requeue_at {
+        let _ = writeln!(out, "  reschedule at: {t}");
+    }
+}
+
+/// The Placement's conditions, the warning the pass ended with, and the core's notes.
+fn status_text(out: &mut String, o: &Outcome) {
     for c in &o.placement_status.conditions {
         let _ = writeln!(
             out,
@@ -55,6 +70,10 @@ fn placement_text(out: &mut String, o: &Outcome) {
     for n in &o.notes {
         let _ = writeln!(out, "  note: {n}");
     }
+}
+
+/// How many were selected of how many wanted, and the moves the stability controls held.
+fn selection_text(out: &mut String, o: &Outcome) {
     let wanted = o
         .placement_status
         .number_of_selected_clusters
@@ -73,6 +92,10 @@ fn placement_text(out: &mut String, o: &Outcome) {
             let _ = writeln!(out, "    {h}");
         }
     }
+}
+
+/// Every decision group's slices (PlacementDecisions) and their clusters.
+fn decisions_text(out: &mut String, o: &Outcome) {
     let _ = writeln!(out, "  decisions:");
     for g in &o.groups {
         for s in &g.slices {
@@ -87,9 +110,10 @@ fn placement_text(out: &mut String, o: &Outcome) {
             );
         }
     }
-    if !o.filtered.is_empty() {
-        score_table(out, o);
-    }
+}
+
+/// The clusters left out before scoring, and why.
+fn filtered_out_text(out: &mut String, o: &Outcome) {
     let dropped: Vec<String> = o
         .terminating
         .iter()
@@ -106,6 +130,10 @@ fn placement_text(out: &mut String, o: &Outcome) {
             let _ = writeln!(out, "    {d}");
         }
     }
+}
+
+/// The spread constraints and each one's counts by domain.
+fn spread_text(out: &mut String, o: &Outcome) {
     if let Some(s) = &o.spread {
         let _ = writeln!(out, "  spread: {}", s.constraints.join("; "));
         for (c, domains) in s.constraints.iter().zip(&s.domains) {
@@ -115,9 +143,6 @@ fn placement_text(out: &mut String, o: &Outcome) {
         if let Some(why) = &s.stopped {
             let _ = writeln!(out, "    stopped: {why}");
         }
-    }
-    if let Some(t) = o.requeue_at {
-        let _ = writeln!(out, "  reschedule at: {t}");
     }
 }
 

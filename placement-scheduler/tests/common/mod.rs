@@ -6,7 +6,6 @@ pub mod binary;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -16,7 +15,8 @@ use ocm_api::{
     AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
     PlacementDecision,
 };
-use placement_scheduler::controller::{self, Handle, Leader, Options};
+use ocm_runtime::Leadership;
+use placement_scheduler::controller::{self, Handle, Options};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -57,11 +57,11 @@ impl Drop for Running {
     }
 }
 
-pub fn start_controller(client: &Client, ns: &str, leader: Option<Arc<dyn Leader>>) -> Running {
+pub fn start_controller(client: &Client, ns: &str, leadership: Option<Leadership>) -> Running {
     let options = Options {
         namespaces: vec![ns.to_owned()],
         workers: 4,
-        leader: leader.unwrap_or_else(|| Arc::new(controller::AlwaysLeader)),
+        leadership: leadership.unwrap_or_else(Leadership::always),
         ..Options::default()
     };
     start_controller_with(client, options).0

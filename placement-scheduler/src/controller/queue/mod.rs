@@ -24,9 +24,10 @@
 //! expensive placements holds at most its share while others wait, never every worker.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
@@ -472,12 +473,7 @@ impl Queue {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        let mut guard = match self.inner.lock() {
-            Ok(g) => g,
-            // A panic elsewhere while holding the lock cannot leave the sets inconsistent in
-            // a way that matters more than losing the queue: keep going.
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut guard = self.inner.lock();
         let out = f(&mut guard);
         if let Some(g) = &self.gauges {
             g.set(&guard);
