@@ -26,11 +26,7 @@ const RULES: &[(&str, &[&str], &str)] = &[
     ("ocm-cel", NO_IO, "stay sans-IO"),
     (
         "score-provider",
-        &[
-            "resource-usage-agent",
-            "addon-manager-and-scorer",
-            "sysinfo",
-        ],
+        &["resource-usage-agent", "resource-usage-hub", "sysinfo"],
         "know none of its providers",
     ),
     (
@@ -44,7 +40,7 @@ const RULES: &[(&str, &[&str], &str)] = &[
         "ship without the plotting tool",
     ),
     (
-        "addon-manager-and-scorer",
+        "resource-usage-hub",
         NO_PLOTS,
         "ship without the plotting tool",
     ),

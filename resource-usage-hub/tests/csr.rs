@@ -10,15 +10,13 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use addon_manager_and_scorer::manager::registration::{
-    agent_dns_name, default_groups, default_user,
-};
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use ocm_api::addon::v1alpha1::ManagedClusterAddOn;
+use resource_usage_hub::manager::registration::{agent_dns_name, default_groups, default_user};
 use serde_json::json;
 use testenv::{ControlPlane, eventually};
 
