@@ -51,7 +51,7 @@ pub const COMMANDS: &[(&str, &str, Option<&str>, &str)] = &[
     ),
     ("e2e", "fleet", None, "the local fleet"),
     (
-        "ocm-api",
+        "e2e",
         "crdgen",
         None,
         "print this project's CRDs (the chart's `files/crds.yaml`)",

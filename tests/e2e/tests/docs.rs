@@ -844,7 +844,6 @@ const PACKAGE_BINARIES: &[(&str, &str)] = &[
     ("placement-scheduler", "placement-scheduler"),
     ("resource-usage-hub", "resource-usage-hub"),
     ("resource-usage-agent", "resource-usage-agent"),
-    ("ocm-api", "crdgen"),
 ];
 
 fn program_named(name: &str) -> Option<&'static Program> {

@@ -3,6 +3,8 @@
 //! - the scheduling core and its CEL environment do no IO: their normal dependency trees hold
 //!   no Kubernetes client, no async runtime and no HTTP stack, and their sources read no clock
 //!   (the caller passes `now` and a deadline);
+//! - the OCM types crate stays types: no command-line parser in its tree (`crdgen` is a tool
+//!   binary of `tests/e2e`);
 //! - the score-provider framework knows none of its providers: its tree holds no provider
 //!   crate and nothing only a provider needs (the host probe);
 //! - the binaries that ship do not carry the figures' plotting library (`tools/plots`).
@@ -24,6 +26,7 @@ const NO_IO: &[&str] = &[
 const RULES: &[(&str, &[&str], &str)] = &[
     ("placement-core", NO_IO, "stay sans-IO"),
     ("ocm-cel", NO_IO, "stay sans-IO"),
+    ("ocm-api", &["clap"], "stay a types crate"),
     (
         "score-provider",
         &["resource-usage-agent", "resource-usage-hub", "sysinfo"],
