@@ -8,9 +8,8 @@ use clap::{Parser, Subcommand};
 use ocm_runtime::app::{self, App, AppArgs, Drain};
 use std::path::PathBuf;
 
+use ocm_api::score::resource_usage::{Bounds, Resource};
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
-use resource_usage_agent::usage::requests::Resource;
-use resource_usage_agent::usage::scores::Bounds;
 use resource_usage_hub::manager::controller::{self, Handle, Leader, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;

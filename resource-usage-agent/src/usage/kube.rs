@@ -10,9 +10,9 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
+use ocm_api::score::resource_usage::{Free, Resource};
+
 use super::index::{NodeFilter, Totals, UsageIndex};
-use super::requests::Resource;
-use super::scores::Free;
 use super::slim::{SlimNode, SlimPod};
 use score_provider::provider::{Change, ProviderError};
 

@@ -33,63 +33,9 @@ use std::ops::{Index, IndexMut};
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use ocm_api::quantity::{self, QuantityError};
+use ocm_api::quantity::QuantityError;
+use ocm_api::score::resource_usage::Resource;
 use thiserror::Error;
-
-/// The resources the provider scores.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Resource {
-    /// In millicores.
-    Cpu,
-    /// In bytes.
-    Memory,
-    /// NVIDIA GPUs, in devices.
-    Gpu,
-    /// Google TPUs, in devices.
-    Tpu,
-}
-
-impl Resource {
-    /// Every resource, in the order [`Amounts`] stores them.
-    pub const ALL: [Resource; 4] = [Self::Cpu, Self::Memory, Self::Gpu, Self::Tpu];
-
-    /// The Kubernetes resource name (the key in `requests` and `allocatable`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Cpu => "cpu",
-            Self::Memory => "memory",
-            Self::Gpu => "nvidia.com/gpu",
-            Self::Tpu => "google.com/tpu",
-        }
-    }
-
-    /// The unit amounts of this resource are counted in.
-    pub const fn unit(self) -> &'static str {
-        match self {
-            Self::Cpu => "millicores",
-            Self::Memory => "bytes",
-            Self::Gpu | Self::Tpu => "devices",
-        }
-    }
-
-    /// The resource called `name` in Kubernetes, if it is one we track.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.name() == name)
-    }
-
-    /// A quantity of this resource in its [unit](Self::unit), converted like the scheduler
-    /// does (`MilliValue()` for CPU, `Value()` otherwise: exact, rounded up).
-    pub fn amount(self, quantity: &str) -> Result<i64, QuantityError> {
-        match self {
-            Self::Cpu => quantity::milli_value(quantity),
-            Self::Memory | Self::Gpu | Self::Tpu => quantity::value(quantity),
-        }
-    }
-
-    const fn index(self) -> usize {
-        self as usize
-    }
-}
 
 /// One integer per [`Resource`], each in its resource's unit; indexed by `Resource`, stored
 /// in the order of [`Resource::ALL`].

@@ -208,7 +208,8 @@ core_v1!(SlimNode, "Node", "nodes", k8s_openapi::ClusterResourceScope);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::usage::requests::{Resource, pod_requests};
+    use crate::usage::requests::pod_requests;
+    use ocm_api::score::resource_usage::Resource;
 
     #[test]
     fn a_slim_pod_requests_what_the_full_pod_does() {

@@ -7,6 +7,9 @@
 //!   binary of `tests/e2e`);
 //! - the score-provider framework knows none of its providers: its tree holds no provider
 //!   crate and nothing only a provider needs (the host probe);
+//! - the hub (add-on manager and hub scorer) and the agent stay apart: the hub's tree holds
+//!   neither the agent nor the agent's host probe (the score formula both use is in
+//!   `ocm-api`, the agent's manifests are the manager's), and the agent's holds no hub;
 //! - the binaries that ship do not carry the figures' plotting library (`tools/plots`).
 
 use std::path::{Path, PathBuf};
@@ -31,6 +34,16 @@ const RULES: &[(&str, &[&str], &str)] = &[
         "score-provider",
         &["resource-usage-agent", "resource-usage-hub", "sysinfo"],
         "know none of its providers",
+    ),
+    (
+        "resource-usage-hub",
+        &["resource-usage-agent", "sysinfo"],
+        "stay apart from the agent (neither its crate nor its host probe)",
+    ),
+    (
+        "resource-usage-agent",
+        &["resource-usage-hub"],
+        "stay apart from the hub",
     ),
     (
         "placement-scheduler",

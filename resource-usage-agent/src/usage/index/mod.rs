@@ -15,9 +15,10 @@ use std::collections::HashMap;
 use std::ops::Index;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use ocm_api::score::resource_usage::Resource;
 use ocm_api::selector::{NoLabels, Selector};
 
-use super::requests::{Amounts, RequestsError, Resource, pod_requests};
+use super::requests::{Amounts, RequestsError, pod_requests};
 
 /// Which nodes count toward the cluster's free resources.
 #[derive(Clone, Debug, PartialEq, Eq)]
