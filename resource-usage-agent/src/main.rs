@@ -126,7 +126,6 @@ struct SourceArgs {
     client: ocm_runtime::ClientArgs,
 }
 
-/// `min:max`, each a number or a Kubernetes quantity (`512Gi`, `500m`).
 /// `key=value,...` as a label map.
 fn parse_selector(s: &str) -> Result<BTreeMap<String, String>, String> {
     s.split(',')

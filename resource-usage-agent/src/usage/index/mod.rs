@@ -7,9 +7,11 @@
 //! the running sum of its pods' requests, so an event costs O(1) and [`UsageIndex::totals`]
 //! costs O(nodes) whatever the number of pods.
 //!
-//! Upstream (addon-contrib `resource-usage-collect-addon`) recomputes everything from its
+//! Upstream (open-cluster-management-io/addon-contrib
+//! `resource-usage-collect-addon/pkg/addon/agent/calculate.go`) recomputes everything from its
 //! informer caches once a minute, listing all pods for every node and resource, and its
-//! per-node sums drop init containers by mistake; see `score-addon.md` §1.4–1.5.
+//! per-node sums drop init containers by mistake (it compares an init container's request with
+//! the running total of the whole node, not of the pod).
 
 use std::collections::HashMap;
 use std::ops::Index;
