@@ -116,9 +116,8 @@ target=$("${RUSTC:-rustc}" -vV | sed -n 's/^host: //p')
 [[ $target == *-linux-gnu ]] || die "the host target $target is not a *-linux-gnu target (+crt-static needs glibc's static libraries)"
 # All three, even with --only: one feature set for every build, so each is a no-op after any.
 pkgs=()
-# The package of each binary: the hub's binary lives in the add-on manager's crate.
-package_of() { case $1 in resource-usage-hub) echo addon-manager-and-scorer ;; *) echo "$1" ;; esac; }
-for n in "${all[@]}"; do pkgs+=(-p "$(package_of "$n")" --bin "$n"); done
+# Each binary is the crate of its name.
+for n in "${all[@]}"; do pkgs+=(-p "$n" --bin "$n"); done
 log "cargo build --release --target $target (static)"
 (cd "$root" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_STRIP=symbols \
   "$cargo" build --release --locked --target "$target" "${pkgs[@]}") \

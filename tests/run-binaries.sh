@@ -40,7 +40,7 @@ grep '"reason":"compiler-artifact"' "$work/build.json" \
 # other tests are running. Built here, before any test starts, their builds find nothing to do.
 if grep -q '/tests/e2e ' "$work/binaries"; then
   cargo build --locked -p placement-scheduler --bin placement-scheduler \
-    -p addon-manager-and-scorer --bin resource-usage-hub \
+    -p resource-usage-hub --bin resource-usage-hub \
     -p resource-usage-agent --bin resource-usage-agent || exit 1
 fi
 

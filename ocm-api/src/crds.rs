@@ -1,5 +1,5 @@
-//! Every kind this crate defines, as a CRD generated from the Rust types: what `crdgen`
-//! prints and what the generated-CRD tests install.
+//! Every kind this crate defines, as a CRD generated from the Rust types: what `crdgen` (a
+//! tool binary of `tests/e2e`) prints and what the generated-CRD tests install.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSON, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,

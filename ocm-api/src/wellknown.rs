@@ -281,7 +281,8 @@ pub mod score {
     pub const MESSAGE_UPDATED: &str = "AddOnPlacementScore updated successfully";
 
     /// Score names the resource-usage provider writes: upstream's current ones (node scope:
-    /// the freest single node; cluster scope: the sum) and the older resource-usage add-on's, equal to cluster scope.
+    /// the freest single node; cluster scope: the sum) and the ones addon-contrib's first
+    /// agent wrote (`cpuAvailable`, `memAvailable`), equal to cluster scope.
     pub mod names {
         pub const CPU_NODE: &str = "cpuNodeAvailable";
         pub const CPU_CLUSTER: &str = "cpuClusterAvailable";

@@ -5,14 +5,14 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use k8s_openapi::api::core::v1::{Node, Pod};
 use resource_usage_agent::usage::index::{NodeFilter, UsageIndex};
+use resource_usage_agent::usage::slim::{SlimNode, SlimPod};
 use serde_json::json;
 
 const NODES: usize = 1_000;
 const PODS: usize = 30_000;
 
-fn node(i: usize) -> Node {
+fn node(i: usize) -> SlimNode {
     let mut allocatable = json!({"cpu": "31850m", "memory": "125Gi", "pods": "110"});
     if i.is_multiple_of(10) {
         allocatable["nvidia.com/gpu"] = json!("8");
@@ -31,7 +31,7 @@ fn node(i: usize) -> Node {
 }
 
 /// A pod with an app container, a sidecar and an init container, like a meshed workload.
-fn pod(i: usize, node: usize) -> Pod {
+fn pod(i: usize, node: usize) -> SlimPod {
     let mut app =
         json!({"cpu": format!("{}m", 100 + i % 900), "memory": format!("{}Mi", 64 + i % 512)});
     if node.is_multiple_of(10) && i.is_multiple_of(7) {
@@ -52,7 +52,7 @@ fn pod(i: usize, node: usize) -> Pod {
     .expect("a valid pod")
 }
 
-fn build(nodes: &[Node], pods: &[Pod]) -> UsageIndex {
+fn build(nodes: &[SlimNode], pods: &[SlimPod]) -> UsageIndex {
     let mut index = UsageIndex::new(NodeFilter::default());
     for n in nodes {
         index.apply_node(n);
@@ -64,8 +64,8 @@ fn build(nodes: &[Node], pods: &[Pod]) -> UsageIndex {
 }
 
 fn usage(c: &mut Criterion) {
-    let nodes: Vec<Node> = (0..NODES).map(node).collect();
-    let pods: Vec<Pod> = (0..PODS).map(|i| pod(i, i % NODES)).collect();
+    let nodes: Vec<SlimNode> = (0..NODES).map(node).collect();
+    let pods: Vec<SlimPod> = (0..PODS).map(|i| pod(i, i % NODES)).collect();
 
     c.bench_function("build 1000 nodes / 30000 pods", |b| {
         b.iter(|| build(black_box(&nodes), black_box(&pods)))

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use futures::TryFutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use ocm_api::score::resource_usage::{Bounds, Resource};
 use ocm_api::selector::Selector;
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
 use ocm_runtime::app::{self, Drain};
@@ -16,8 +17,6 @@ use resource_usage_agent::usage::host::HostSource;
 use resource_usage_agent::usage::index::NodeFilter;
 use resource_usage_agent::usage::kube::KubeSource;
 use resource_usage_agent::usage::provider::{ResourceUsage, Source};
-use resource_usage_agent::usage::requests::Resource;
-use resource_usage_agent::usage::scores::Bounds;
 use score_provider::ScoreProvider;
 use score_provider::cli::parse_range;
 use score_provider::lease::LeaseSettings;
@@ -127,7 +126,6 @@ struct SourceArgs {
     client: ocm_runtime::ClientArgs,
 }
 
-/// `min:max`, each a number or a Kubernetes quantity (`512Gi`, `500m`).
 /// `key=value,...` as a label map.
 fn parse_selector(s: &str) -> Result<BTreeMap<String, String>, String> {
     s.split(',')

@@ -537,12 +537,13 @@ fn bad_flags_and_a_broken_kubeconfig_are_clear_errors() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 15, item 4: the agent's clock is 10 minutes off (libfaketime moves the real binary's
-/// wall clock; the apiserver's is right), behind and ahead. `validUntil` and the condition's
-/// transition time are the hub's time: the score is valid for about the TTL by the hub's
-/// clock, the scheduling core counts it, and the agent exports and logs the offset. Timed by
-/// the local clock, the score written 10 minutes behind would already have expired, and the
-/// one 10 minutes ahead would outlive a dead agent by 10 minutes.
+/// A managed cluster's wrong clock does not move scores' validity: the agent's clock is 10
+/// minutes off (libfaketime moves the real binary's wall clock; the apiserver's is right),
+/// behind and ahead. `validUntil` and the condition's transition time are the hub's time: the
+/// score is valid for about the TTL by the hub's clock, the scheduling core counts it, and the
+/// agent exports and logs the offset. Timed by the local clock, the score written 10 minutes
+/// behind would already have expired, and the one 10 minutes ahead would outlive a dead agent
+/// by 10 minutes.
 #[tokio::test]
 async fn a_skewed_agent_clock_still_keeps_its_score_valid() {
     let cp = testenv::shared().await;
@@ -760,11 +761,12 @@ async fn a_wall_clock_step_while_running_costs_at_most_one_refresh_period() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Issue 15, item 5 for the framework's writer (the hub scorer writes through it too): each
-/// status patch carries the `resourceVersion` it was decided on. Another writer changes the
-/// status after our read (here it adds a condition); our next write must not overwrite that
-/// newer status with one built on the old read: it conflicts, reads again and decides again,
-/// so the other writer's condition survives. Written as the agent's own hub identity.
+/// The framework's writer (the hub scorer writes through it too) never overwrites a newer
+/// status: each status patch carries the `resourceVersion` it was decided on. Another writer
+/// changes the status after our read (here it adds a condition); our next write must not
+/// overwrite that newer status with one built on the old read: it conflicts, reads again and
+/// decides again, so the other writer's condition survives. Written as the agent's own hub
+/// identity.
 #[tokio::test]
 async fn a_write_decided_on_a_stale_read_does_not_overwrite_a_newer_status() {
     use score_provider::hub::HubClock;
@@ -845,10 +847,10 @@ fn writer_known(registry: &prometheus_client::registry::Registry) -> Option<i64>
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Issue 16 item 6: a hub-side provider scores 1,000 clusters through the framework, then
-/// the clusters go (the hub scorer stops rating a deleted cluster): what the writer knew of
-/// them goes too (`writer_known` back to its start). 1,000, not 10,000: each cluster needs
-/// its namespace and its score object on the shared apiserver.
+/// The writer's memory does not grow with cluster churn: a hub-side provider scores 1,000
+/// clusters through the framework, then the clusters go (the hub scorer stops rating a deleted
+/// cluster): what the writer knew of them goes too (`writer_known` back to its start). 1,000,
+/// not 10,000: each cluster needs its namespace and its score object on the shared apiserver.
 #[tokio::test]
 async fn the_writer_forgets_clusters_that_are_gone() {
     use futures::StreamExt;

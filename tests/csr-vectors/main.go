@@ -1,7 +1,7 @@
 // Command csr-vectors prints, for PEM inputs that stress the framing of a certificate
 // request, what Go's encoding/pem.Decode returns: the block kube-apiserver and the
 // kube-apiserver-client signer read from a CSR's spec.request. The add-on manager's tests
-// (addon-manager-and-scorer/src/manager/csr.rs) check that whatever the manager accepts, Go reads as
+// (resource-usage-hub/src/manager/registration/csr/) check that whatever the manager accepts, Go reads as
 // the same single CERTIFICATE REQUEST block. Stdlib only; run ./gen.sh to regenerate.
 package main
 

@@ -1,7 +1,7 @@
 //! Scale harness for the resource-usage agent: a real control plane (testenv's etcd and
 //! kube-apiserver with the upstream OCM CRDs) acting as both hub and managed cluster, a fleet of
 //! nodes and bound pods of realistic size, and the release `resource-usage-agent run` as a
-//! child process. It measures what the issue targets (steady RSS under 50 MB, one recompute
+//! child process. It measures the agent's budget (steady RSS under 50 MB, one recompute
 //! under 50 ms with 1,000 nodes and 30,000 pods) and prints a markdown report; the targets are
 //! reported, not asserted.
 //!

@@ -7,8 +7,7 @@ use std::time::Duration;
 use sysinfo::{CpuRefreshKind, MemoryRefreshKind, RefreshKind, System};
 use tokio::time::Instant;
 
-use super::requests::Resource;
-use super::scores::Free;
+use ocm_api::score::resource_usage::{Free, Resource};
 
 /// A reading of the machine.
 #[derive(Clone, Copy, Debug, PartialEq)]

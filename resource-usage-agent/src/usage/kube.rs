@@ -10,9 +10,9 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
+use ocm_api::score::resource_usage::{Free, Resource};
+
 use super::index::{NodeFilter, Totals, UsageIndex};
-use super::requests::Resource;
-use super::scores::Free;
 use super::slim::{SlimNode, SlimPod};
 use score_provider::provider::{Change, ProviderError};
 
@@ -98,7 +98,7 @@ impl KubeSource {
         };
         let mut s = self.lock();
         match event {
-            Event::Apply(node) => s.index.apply_node(&node.into_node()),
+            Event::Apply(node) => s.index.apply_node(&node),
             Event::Delete(node) => s.index.delete_node(node.name()),
             // A (re)list: what it does not show is gone at its end.
             Event::Init => {
@@ -106,7 +106,7 @@ impl KubeSource {
                 return None;
             }
             Event::InitApply(node) => {
-                s.index.apply_node(&node.into_node());
+                s.index.apply_node(&node);
                 return None;
             }
             Event::InitDone => {
@@ -136,7 +136,7 @@ impl KubeSource {
         };
         let mut s = self.lock();
         let apply = |s: &mut State, pod: SlimPod| {
-            if let Err(e) = s.index.apply_pod(&pod.into_pod()) {
+            if let Err(e) = s.index.apply_pod(&pod) {
                 // The apiserver validated these quantities, so this is unexpected; the pod
                 // counts as requesting nothing rather than stopping the agent.
                 tracing::warn!(error = %e, "cannot read a pod's requests; not counting it");
@@ -144,7 +144,10 @@ impl KubeSource {
         };
         match event {
             Event::Apply(pod) => apply(&mut s, pod),
-            Event::Delete(pod) => s.index.delete_pod(pod.namespace(), pod.name()),
+            Event::Delete(pod) => {
+                let (namespace, name) = pod.key();
+                s.index.delete_pod(namespace, name);
+            }
             Event::Init => {
                 s.index.begin_pod_relist();
                 return None;

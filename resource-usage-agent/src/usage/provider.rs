@@ -6,8 +6,8 @@ use futures::stream::BoxStream;
 
 use super::host::HostSource;
 use super::kube::KubeSource;
-use super::scores::{Bounds, Free, scores};
-use score_provider::provider::{Change, Computed, ProviderError, ScoreProvider};
+use ocm_api::score::resource_usage::{self, Bounds, Free};
+use score_provider::provider::{Change, Computed, ProviderError, ScoreProvider, Scores};
 
 /// Where the free amounts come from.
 pub enum Source {
@@ -70,7 +70,10 @@ impl ResourceUsage {
 impl ScoreProvider for ResourceUsage {
     async fn compute(&mut self) -> Result<Computed, ProviderError> {
         let free = self.free().await?;
-        let scores = scores(&free, &self.bounds)?;
+        let mut scores = Scores::new();
+        for (name, value) in resource_usage::scores(&free, &self.bounds) {
+            scores.insert(name, value.into())?;
+        }
         tracing::debug!(?free, ?scores, "computed");
         Ok(Computed::single(self.cluster.clone(), scores))
     }

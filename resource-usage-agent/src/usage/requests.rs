@@ -31,65 +31,12 @@
 use std::collections::BTreeMap;
 use std::ops::{Index, IndexMut};
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use ocm_api::quantity::{self, QuantityError};
+use ocm_api::quantity::QuantityError;
+use ocm_api::score::resource_usage::Resource;
 use thiserror::Error;
 
-/// The resources the provider scores.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Resource {
-    /// In millicores.
-    Cpu,
-    /// In bytes.
-    Memory,
-    /// NVIDIA GPUs, in devices.
-    Gpu,
-    /// Google TPUs, in devices.
-    Tpu,
-}
-
-impl Resource {
-    /// Every resource, in the order [`Amounts`] stores them.
-    pub const ALL: [Resource; 4] = [Self::Cpu, Self::Memory, Self::Gpu, Self::Tpu];
-
-    /// The Kubernetes resource name (the key in `requests` and `allocatable`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Cpu => "cpu",
-            Self::Memory => "memory",
-            Self::Gpu => "nvidia.com/gpu",
-            Self::Tpu => "google.com/tpu",
-        }
-    }
-
-    /// The unit amounts of this resource are counted in.
-    pub const fn unit(self) -> &'static str {
-        match self {
-            Self::Cpu => "millicores",
-            Self::Memory => "bytes",
-            Self::Gpu | Self::Tpu => "devices",
-        }
-    }
-
-    /// The resource called `name` in Kubernetes, if it is one we track.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.name() == name)
-    }
-
-    /// A quantity of this resource in its [unit](Self::unit), converted like the scheduler
-    /// does (`MilliValue()` for CPU, `Value()` otherwise: exact, rounded up).
-    pub fn amount(self, quantity: &str) -> Result<i64, QuantityError> {
-        match self {
-            Self::Cpu => quantity::milli_value(quantity),
-            Self::Memory | Self::Gpu | Self::Tpu => quantity::value(quantity),
-        }
-    }
-
-    const fn index(self) -> usize {
-        self as usize
-    }
-}
+use super::slim::{SlimContainer, SlimPodSpec};
 
 /// One integer per [`Resource`], each in its resource's unit; indexed by `Resource`, stored
 /// in the order of [`Resource::ALL`].
@@ -165,7 +112,7 @@ fn pod_prefix(pod: Option<&str>) -> String {
 const POD_LEVEL: [Resource; 2] = [Resource::Cpu, Resource::Memory];
 
 /// A pod's effective requests, per the scheduler's rule (see the module documentation).
-pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, RequestsError> {
+pub fn pod_requests(spec: &SlimPodSpec) -> Result<Amounts, RequestsError> {
     let mut requests = Amounts::ZERO;
     for (i, container) in spec.containers.iter().enumerate() {
         let own = container_requests(container, "containers", i)?;
@@ -176,7 +123,7 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, RequestsError> {
     // request already is in that running sum once it starts).
     let mut sidecars = Amounts::ZERO;
     let mut init_peak = Amounts::ZERO;
-    for (i, container) in spec.init_containers.iter().flatten().enumerate() {
+    for (i, container) in spec.init_containers.iter().enumerate() {
         let own = container_requests(container, "initContainers", i)?;
         let demand = if is_sidecar(container) {
             requests = requests.saturating_add(own);
@@ -205,12 +152,12 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, RequestsError> {
 }
 
 /// A restartable init container (KEP-753 sidecar) keeps running next to the app containers.
-fn is_sidecar(container: &Container) -> bool {
+fn is_sidecar(container: &SlimContainer) -> bool {
     container.restart_policy.as_deref() == Some("Always")
 }
 
 fn container_requests(
-    container: &Container,
+    container: &SlimContainer,
     list: &str,
     i: usize,
 ) -> Result<Amounts, RequestsError> {
@@ -257,7 +204,7 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
-    fn spec(v: Value) -> PodSpec {
+    fn spec(v: Value) -> SlimPodSpec {
         serde_json::from_value(v).unwrap()
     }
 

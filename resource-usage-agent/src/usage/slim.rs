@@ -2,14 +2,12 @@
 //! 14 KB of JSON (half of it managedFields, the rest env, probes, volumes...); decoding whole
 //! `k8s_openapi` Pods a list page at a time left the agent at ~105 MB RSS with 30,000 pods,
 //! all of it allocator residue of the initial list. Fields not named here are skipped by
-//! serde without being allocated.
+//! serde without being allocated. The index reads these types as they are.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Container, Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, ResourceRequirements, Taint,
-};
+use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::Deserialize;
@@ -27,6 +25,7 @@ struct SlimMeta {
     deletion_timestamp: Option<Time>,
 }
 
+/// Into kube's `ObjectMeta`, which the watcher's `kube::Resource` bound wants.
 fn slim_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     let m = SlimMeta::deserialize(d)?;
     Ok(ObjectMeta {
@@ -40,135 +39,90 @@ fn slim_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Er
     })
 }
 
-type Amounts = Option<BTreeMap<String, Quantity>>;
+/// A resource list (`requests`, `overhead`, `allocatable`), as served.
+pub type ResourceList = Option<BTreeMap<String, Quantity>>;
 
+/// `resources` of a container or a pod: the requests only (limits never count).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SlimResources {
-    requests: Amounts,
+pub struct SlimResources {
+    pub requests: ResourceList,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SlimContainer {
-    #[serde(default)]
-    name: String,
-    resources: Option<SlimResources>,
-    restart_policy: Option<String>,
+pub struct SlimContainer {
+    pub resources: Option<SlimResources>,
+    /// `Always` on an init container makes it a sidecar.
+    pub restart_policy: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SlimPodSpec {
-    node_name: Option<String>,
+pub struct SlimPodSpec {
+    pub node_name: Option<String>,
     #[serde(default)]
-    containers: Vec<SlimContainer>,
+    pub containers: Vec<SlimContainer>,
     #[serde(default)]
-    init_containers: Vec<SlimContainer>,
-    overhead: Amounts,
-    resources: Option<SlimResources>,
+    pub init_containers: Vec<SlimContainer>,
+    pub overhead: ResourceList,
+    /// Pod-level resources.
+    pub resources: Option<SlimResources>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
-struct SlimPodStatus {
-    phase: Option<String>,
+pub struct SlimPodStatus {
+    pub phase: Option<String>,
 }
 
 /// A Pod with what the usage index reads.
 #[derive(Clone, Debug, Deserialize)]
 pub struct SlimPod {
     #[serde(deserialize_with = "slim_meta")]
-    metadata: ObjectMeta,
+    pub metadata: ObjectMeta,
     #[serde(default)]
-    spec: Option<SlimPodSpec>,
+    pub spec: Option<SlimPodSpec>,
     #[serde(default)]
-    status: Option<SlimPodStatus>,
+    pub status: Option<SlimPodStatus>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SlimNodeSpec {
-    unschedulable: Option<bool>,
-    taints: Option<Vec<Taint>>,
+pub struct SlimNodeSpec {
+    pub unschedulable: Option<bool>,
+    pub taints: Option<Vec<Taint>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
-struct SlimNodeStatus {
-    allocatable: Amounts,
+pub struct SlimNodeStatus {
+    pub allocatable: ResourceList,
 }
 
 /// A Node with what the usage index reads (no images, conditions, addresses...).
 #[derive(Clone, Debug, Deserialize)]
 pub struct SlimNode {
     #[serde(deserialize_with = "slim_meta")]
-    metadata: ObjectMeta,
+    pub metadata: ObjectMeta,
     #[serde(default)]
-    spec: Option<SlimNodeSpec>,
+    pub spec: Option<SlimNodeSpec>,
     #[serde(default)]
-    status: Option<SlimNodeStatus>,
-}
-
-fn container(c: SlimContainer) -> Container {
-    Container {
-        name: c.name,
-        resources: c.resources.map(|r| ResourceRequirements {
-            requests: r.requests,
-            ..ResourceRequirements::default()
-        }),
-        restart_policy: c.restart_policy,
-        ..Container::default()
-    }
+    pub status: Option<SlimNodeStatus>,
 }
 
 impl SlimPod {
-    /// The same pod as far as the index can tell.
-    pub fn into_pod(self) -> Pod {
-        Pod {
-            metadata: self.metadata,
-            spec: self.spec.map(|s| PodSpec {
-                node_name: s.node_name,
-                containers: s.containers.into_iter().map(container).collect(),
-                init_containers: Some(s.init_containers.into_iter().map(container).collect()),
-                overhead: s.overhead,
-                resources: s.resources.map(|r| ResourceRequirements {
-                    requests: r.requests,
-                    ..ResourceRequirements::default()
-                }),
-                ..PodSpec::default()
-            }),
-            status: self.status.map(|s| PodStatus {
-                phase: s.phase,
-                ..PodStatus::default()
-            }),
-        }
-    }
-
-    pub fn namespace(&self) -> &str {
-        self.metadata.namespace.as_deref().unwrap_or_default()
-    }
-
-    pub fn name(&self) -> &str {
-        self.metadata.name.as_deref().unwrap_or_default()
+    /// `(namespace, name)`, what the index and the watch key a pod by (empty when missing,
+    /// which the API server never sends).
+    pub fn key(&self) -> (&str, &str) {
+        let m = &self.metadata;
+        (
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default(),
+        )
     }
 }
 
 impl SlimNode {
-    /// The same node as far as the index can tell.
-    pub fn into_node(self) -> Node {
-        Node {
-            metadata: self.metadata,
-            spec: self.spec.map(|s| NodeSpec {
-                unschedulable: s.unschedulable,
-                taints: s.taints,
-                ..NodeSpec::default()
-            }),
-            status: self.status.map(|s| NodeStatus {
-                allocatable: s.allocatable,
-                ..NodeStatus::default()
-            }),
-        }
-    }
-
+    /// The node's name (empty when missing, which the API server never sends).
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
     }
@@ -208,7 +162,9 @@ core_v1!(SlimNode, "Node", "nodes", k8s_openapi::ClusterResourceScope);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::usage::requests::{Resource, pod_requests};
+    use crate::usage::requests::pod_requests;
+    use k8s_openapi::api::core::v1::Pod;
+    use ocm_api::score::resource_usage::Resource;
 
     #[test]
     fn a_slim_pod_requests_what_the_full_pod_does() {
@@ -228,12 +184,14 @@ mod tests {
             },
             "status": { "phase": "Running", "podIP": "10.0.0.1" },
         });
+        // The full Pod, as k8s-openapi reads and writes it, decodes to the same slim pod.
         let full: Pod = serde_json::from_value(json.clone()).expect("a pod");
+        let from_full: SlimPod =
+            serde_json::from_value(serde_json::to_value(&full).expect("JSON")).expect("a slim pod");
         let slim: SlimPod = serde_json::from_value(json).expect("a slim pod");
-        assert_eq!((slim.namespace(), slim.name()), ("n", "p"));
-        let slim = slim.into_pod();
+        assert_eq!(slim.key(), ("n", "p"));
         let (a, b) = (
-            pod_requests(full.spec.as_ref().expect("spec")).expect("requests"),
+            pod_requests(from_full.spec.as_ref().expect("spec")).expect("requests"),
             pod_requests(slim.spec.as_ref().expect("spec")).expect("requests"),
         );
         assert_eq!(a, b);
@@ -257,9 +215,8 @@ mod tests {
             "spec": { "unschedulable": true, "taints": [{ "key": "k", "effect": "NoSchedule" }] },
             "status": { "allocatable": { "cpu": "4" }, "images": [{ "names": ["x"] }] },
         });
-        let slim: SlimNode = serde_json::from_value(json).expect("a slim node");
-        assert_eq!(slim.name(), "n1");
-        let n = slim.into_node();
+        let n: SlimNode = serde_json::from_value(json).expect("a slim node");
+        assert_eq!(n.name(), "n1");
         assert_eq!(
             n.metadata
                 .labels

@@ -15,7 +15,6 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use ocm_api::{AddOnPlacementScore, AddOnPlacementScoreStatus};
-use resource_usage_agent::manifests;
 use serde_json::{Value, json};
 use testenv::ControlPlane;
 
@@ -39,6 +38,31 @@ pub struct Setup {
 }
 
 pub const FLEET_LABEL: &str = "test.ocm-placement.io/fleet";
+
+/// `(file, template)` of the agent's managed-cluster RBAC in `addon-manifests/agent/`, in the
+/// order the add-on manager's work applies them; the hub crate embeds the same files.
+const AGENT_RBAC: [(&str, &str); 5] = [
+    (
+        "serviceaccount.yaml",
+        include_str!("../../../addon-manifests/agent/serviceaccount.yaml"),
+    ),
+    (
+        "clusterrole.yaml",
+        include_str!("../../../addon-manifests/agent/clusterrole.yaml"),
+    ),
+    (
+        "clusterrolebinding.yaml",
+        include_str!("../../../addon-manifests/agent/clusterrolebinding.yaml"),
+    ),
+    (
+        "role.yaml",
+        include_str!("../../../addon-manifests/agent/role.yaml"),
+    ),
+    (
+        "rolebinding.yaml",
+        include_str!("../../../addon-manifests/agent/rolebinding.yaml"),
+    ),
+];
 
 impl Setup {
     /// The agent's hub user and groups (OCM's registration subject for this add-on).
@@ -67,15 +91,19 @@ impl Setup {
         )
     }
 
-    fn values(&self) -> BTreeMap<&'static str, String> {
-        [
-            ("ADDON_NAME", self.addon.clone()),
-            ("INSTALL_NAMESPACE", self.agent_ns.clone()),
-            ("CLUSTER_NAME", self.cluster.clone()),
-            ("IMAGE", "example.invalid/agent:test".into()),
-        ]
-        .into_iter()
-        .collect()
+    /// The agent's managed-cluster RBAC as the add-on manager ships it, with this setup's
+    /// names. (No kubelet runs the agent's Deployment; the tests run the binary as a process.)
+    fn managed_rbac(&self) -> Vec<Value> {
+        AGENT_RBAC
+            .iter()
+            .map(|(file, template)| {
+                let text = template
+                    .replace("{{ADDON_NAME}}", &self.addon)
+                    .replace("{{INSTALL_NAMESPACE}}", &self.agent_ns);
+                assert!(!text.contains("{{"), "{file}: a placeholder left");
+                serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"))
+            })
+            .collect()
     }
 
     /// Namespaces and the shipped RBAC on `hub` and `managed` (may be the same control
@@ -100,7 +128,6 @@ impl Setup {
             agent_ns,
             dir,
         };
-        let values = setup.values();
         // The hub permission: the chart's agent ClusterRole, bound in the cluster namespace as
         // the add-on manager binds it.
         let role = include_str!("../../../charts/ocm-placement/files/agent-hub-rbac.yaml")
@@ -120,11 +147,8 @@ impl Setup {
                              {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": groups[0]}]}),
         )
         .await;
-        for obj in manifests::render(&manifests::AGENT, &values).expect("agent manifests") {
-            // No kubelet runs the Deployment; the tests run the binary as a process.
-            if obj["kind"] != "Deployment" {
-                apply(&managed_admin, obj).await;
-            }
+        for obj in setup.managed_rbac() {
+            apply(&managed_admin, obj).await;
         }
         let (user, groups) = setup.hub_identity();
         let groups: Vec<&str> = groups.iter().map(String::as_str).collect();

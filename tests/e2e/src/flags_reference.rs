@@ -26,13 +26,13 @@ pub const COMMANDS: &[(&str, &str, Option<&str>, &str)] = &[
         "explain a live Placement (also `kubectl placement explain`)",
     ),
     (
-        "addon-manager-and-scorer",
+        "resource-usage-hub",
         "resource-usage-hub",
         Some("manager"),
         "the add-on manager on the hub",
     ),
     (
-        "addon-manager-and-scorer",
+        "resource-usage-hub",
         "resource-usage-hub",
         Some("scorer"),
         "the hub scorer: scores from Prometheus or Thanos",
@@ -51,7 +51,7 @@ pub const COMMANDS: &[(&str, &str, Option<&str>, &str)] = &[
     ),
     ("e2e", "fleet", None, "the local fleet"),
     (
-        "ocm-api",
+        "e2e",
         "crdgen",
         None,
         "print this project's CRDs (the chart's `files/crds.yaml`)",

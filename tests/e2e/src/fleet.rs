@@ -127,7 +127,7 @@ pub fn binaries(build: bool) -> Result<PathBuf, Error> {
         }
         for (pkg, bin) in [
             ("placement-scheduler", "placement-scheduler"),
-            ("addon-manager-and-scorer", "resource-usage-hub"),
+            ("resource-usage-hub", "resource-usage-hub"),
             ("resource-usage-agent", "resource-usage-agent"),
         ] {
             cmd.args(["-p", pkg, "--bin", bin]);

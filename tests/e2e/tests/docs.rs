@@ -215,12 +215,12 @@ const OTHER_NAMES: &[(&str, Option<&str>, &str)] = &[
     ),
     (
         "SYS_ADMIN",
-        Some("addon-manager-and-scorer/tests/manager/admission.rs"),
+        Some("resource-usage-hub/tests/manager/admission.rs"),
         "a Linux capability",
     ),
     (
         "DB_PASSWORD",
-        Some("addon-manager-and-scorer/tests/manager/config_refs.rs"),
+        Some("resource-usage-hub/tests/manager/config_refs.rs"),
         "the secret variable of an attack test",
     ),
     (
@@ -246,12 +246,12 @@ const METRIC_PREFIXES: &[&str] = &[
 const NOT_METRICS: &[(&str, &str, &str)] = &[
     (
         "scorer_value",
-        "addon-manager-and-scorer/src/scorer/queries/mod.rs",
+        "resource-usage-hub/src/scorer/queries/mod.rs",
         "a label of the scorer's queries",
     ),
     (
         "scorer_conflict",
-        "addon-manager-and-scorer/src/scorer/queries/mod.rs",
+        "resource-usage-hub/src/scorer/queries/mod.rs",
         "a label of the scorer's queries",
     ),
 ];
@@ -852,9 +852,8 @@ enum Owner<'a> {
 /// The default binary of the packages `cargo run -p` runs here.
 const PACKAGE_BINARIES: &[(&str, &str)] = &[
     ("placement-scheduler", "placement-scheduler"),
-    ("addon-manager-and-scorer", "resource-usage-hub"),
+    ("resource-usage-hub", "resource-usage-hub"),
     ("resource-usage-agent", "resource-usage-agent"),
-    ("ocm-api", "crdgen"),
 ];
 
 fn program_named(name: &str) -> Option<&'static Program> {

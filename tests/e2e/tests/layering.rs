@@ -3,8 +3,13 @@
 //! - the scheduling core and its CEL environment do no IO: their normal dependency trees hold
 //!   no Kubernetes client, no async runtime and no HTTP stack, and their sources read no clock
 //!   (the caller passes `now` and a deadline);
+//! - the OCM types crate stays types: no command-line parser in its tree (`crdgen` is a tool
+//!   binary of `tests/e2e`);
 //! - the score-provider framework knows none of its providers: its tree holds no provider
 //!   crate and nothing only a provider needs (the host probe);
+//! - the hub (add-on manager and hub scorer) and the agent stay apart: the hub's tree holds
+//!   neither the agent nor the agent's host probe (the score formula both use is in
+//!   `ocm-api`, the agent's manifests are the manager's), and the agent's holds no hub;
 //! - the binaries that ship do not carry the figures' plotting library (`tools/plots`).
 
 use std::path::{Path, PathBuf};
@@ -24,14 +29,21 @@ const NO_IO: &[&str] = &[
 const RULES: &[(&str, &[&str], &str)] = &[
     ("placement-core", NO_IO, "stay sans-IO"),
     ("ocm-cel", NO_IO, "stay sans-IO"),
+    ("ocm-api", &["clap"], "stay a types crate"),
     (
         "score-provider",
-        &[
-            "resource-usage-agent",
-            "addon-manager-and-scorer",
-            "sysinfo",
-        ],
+        &["resource-usage-agent", "resource-usage-hub", "sysinfo"],
         "know none of its providers",
+    ),
+    (
+        "resource-usage-hub",
+        &["resource-usage-agent", "sysinfo"],
+        "stay apart from the agent (neither its crate nor its host probe)",
+    ),
+    (
+        "resource-usage-agent",
+        &["resource-usage-hub"],
+        "stay apart from the hub",
     ),
     (
         "placement-scheduler",
@@ -44,7 +56,7 @@ const RULES: &[(&str, &[&str], &str)] = &[
         "ship without the plotting tool",
     ),
     (
-        "addon-manager-and-scorer",
+        "resource-usage-hub",
         NO_PLOTS,
         "ship without the plotting tool",
     ),

@@ -7,17 +7,20 @@
 //! the running sum of its pods' requests, so an event costs O(1) and [`UsageIndex::totals`]
 //! costs O(nodes) whatever the number of pods.
 //!
-//! Upstream (addon-contrib `resource-usage-collect-addon`) recomputes everything from its
+//! Upstream (open-cluster-management-io/addon-contrib
+//! `resource-usage-collect-addon/pkg/addon/agent/calculate.go`) recomputes everything from its
 //! informer caches once a minute, listing all pods for every node and resource, and its
-//! per-node sums drop init containers by mistake; see `score-addon.md` §1.4–1.5.
+//! per-node sums drop init containers by mistake (it compares an init container's request with
+//! the running total of the whole node, not of the pod).
 
 use std::collections::HashMap;
 use std::ops::Index;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use ocm_api::score::resource_usage::Resource;
 use ocm_api::selector::{NoLabels, Selector};
 
-use super::requests::{Amounts, RequestsError, Resource, pod_requests};
+use super::requests::{Amounts, RequestsError, pod_requests};
+use super::slim::{SlimNode, SlimPod};
 
 /// Which nodes count toward the cluster's free resources.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +39,7 @@ impl NodeFilter {
         "node.kubernetes.io/unreachable",
     ];
 
-    fn selects(&self, node: &Node) -> bool {
+    fn selects(&self, node: &SlimNode) -> bool {
         let Some(selector) = &self.selector else {
             return true;
         };
@@ -46,7 +49,7 @@ impl NodeFilter {
         }
     }
 
-    fn has_excluded_taint(&self, node: &Node) -> bool {
+    fn has_excluded_taint(&self, node: &SlimNode) -> bool {
         let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
         taints.unwrap_or_default().iter().any(|t| {
             matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
@@ -123,7 +126,7 @@ struct NodeState {
 }
 
 impl NodeState {
-    fn new(name: &str, node: &Node, filter: &NodeFilter, epoch: u32) -> Self {
+    fn new(name: &str, node: &SlimNode, filter: &NodeFilter, epoch: u32) -> Self {
         let (allocatable, warnings) = allocatable(name, node);
         let selected = filter.selects(node);
         let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
@@ -138,7 +141,7 @@ impl NodeState {
 }
 
 /// A node's allocatable, each malformed quantity counted as absent with a warning.
-fn allocatable(name: &str, node: &Node) -> (Amounts, Vec<String>) {
+fn allocatable(name: &str, node: &SlimNode) -> (Amounts, Vec<String>) {
     let mut amounts = Amounts::ZERO;
     let mut warnings = Vec::new();
     let list = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
@@ -290,7 +293,7 @@ impl UsageIndex {
 
     /// Adds or updates a node. A nameless node (not something the API server returns) is
     /// ignored.
-    pub fn apply_node(&mut self, node: &Node) {
+    pub fn apply_node(&mut self, node: &SlimNode) {
         let Some(name) = node.metadata.name.as_deref() else {
             return;
         };
@@ -313,9 +316,8 @@ impl UsageIndex {
     ///
     /// A pod whose requests do not parse is dropped too, and the error returned for the
     /// caller to log.
-    pub fn apply_pod(&mut self, pod: &Pod) -> Result<(), RequestsError> {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
+    pub fn apply_pod(&mut self, pod: &SlimPod) -> Result<(), RequestsError> {
+        let (namespace, name) = pod.key();
         match counted_requests(pod) {
             Ok(Some((node, requests))) => self.upsert_pod(namespace, name, node, requests),
             Ok(None) => self.delete_pod(namespace, name),
@@ -343,7 +345,7 @@ impl UsageIndex {
     }
 
     /// Replaces every node with `nodes` (a relist).
-    pub fn replace_nodes(&mut self, nodes: impl IntoIterator<Item = Node>) {
+    pub fn replace_nodes(&mut self, nodes: impl IntoIterator<Item = SlimNode>) {
         self.begin_node_relist();
         for node in nodes {
             self.apply_node(&node);
@@ -353,7 +355,7 @@ impl UsageIndex {
 
     /// Replaces every pod with `pods` (a relist). Pods whose requests do not parse are left
     /// out; their errors are returned.
-    pub fn replace_pods(&mut self, pods: impl IntoIterator<Item = Pod>) -> Vec<RequestsError> {
+    pub fn replace_pods(&mut self, pods: impl IntoIterator<Item = SlimPod>) -> Vec<RequestsError> {
         self.begin_pod_relist();
         let errors = pods
             .into_iter()
@@ -495,7 +497,7 @@ impl UsageIndex {
 }
 
 /// The node a pod occupies and its requests, or `None` when it occupies nothing.
-fn counted_requests(pod: &Pod) -> Result<Option<(&str, Amounts)>, RequestsError> {
+fn counted_requests(pod: &SlimPod) -> Result<Option<(&str, Amounts)>, RequestsError> {
     let Some(spec) = &pod.spec else {
         return Ok(None);
     };

@@ -5,11 +5,11 @@ use serde_json::{Value, json};
 
 const GI: i64 = 1 << 30;
 
-fn node(name: &str, allocatable: Value) -> Node {
+fn node(name: &str, allocatable: Value) -> SlimNode {
     node_with(name, allocatable, json!({}), json!({}))
 }
 
-fn node_with(name: &str, allocatable: Value, labels: Value, spec: Value) -> Node {
+fn node_with(name: &str, allocatable: Value, labels: Value, spec: Value) -> SlimNode {
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels},
         "spec": spec,
@@ -18,20 +18,26 @@ fn node_with(name: &str, allocatable: Value, labels: Value, spec: Value) -> Node
     .unwrap()
 }
 
-fn cordoned(name: &str, allocatable: Value) -> Node {
+fn cordoned(name: &str, allocatable: Value) -> SlimNode {
     node_with(name, allocatable, json!({}), json!({"unschedulable": true}))
 }
 
-fn tainted(name: &str, allocatable: Value, key: &str, effect: &str) -> Node {
+fn tainted(name: &str, allocatable: Value, key: &str, effect: &str) -> SlimNode {
     let spec = json!({"taints": [{"key": key, "effect": effect}]});
     node_with(name, allocatable, json!({}), spec)
 }
 
-fn pod(name: &str, node: Option<&str>, requests: Value) -> Pod {
+fn pod(name: &str, node: Option<&str>, requests: Value) -> SlimPod {
     pod_with(name, node, requests, "Running", false)
 }
 
-fn pod_with(name: &str, node: Option<&str>, requests: Value, phase: &str, deleting: bool) -> Pod {
+fn pod_with(
+    name: &str,
+    node: Option<&str>,
+    requests: Value,
+    phase: &str,
+    deleting: bool,
+) -> SlimPod {
     let mut v = json!({
         "metadata": {"namespace": "ns", "name": name},
         "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]},
@@ -46,7 +52,7 @@ fn pod_with(name: &str, node: Option<&str>, requests: Value, phase: &str, deleti
     serde_json::from_value(v).unwrap()
 }
 
-fn index(nodes: &[Node], pods: &[Pod]) -> UsageIndex {
+fn index(nodes: &[SlimNode], pods: &[SlimPod]) -> UsageIndex {
     let mut index = UsageIndex::new(NodeFilter::default());
     for n in nodes {
         index.apply_node(n);
@@ -448,17 +454,17 @@ fn malformed_requests_drop_the_pod() {
 
 #[derive(Clone, Debug)]
 enum Op {
-    ApplyNode(Box<Node>),
+    ApplyNode(Box<SlimNode>),
     DeleteNode(String),
-    ApplyPod(Box<Pod>),
+    ApplyPod(Box<SlimPod>),
     DeletePod(String, String),
-    ReplaceNodes(Vec<Node>),
-    ReplacePods(Vec<Pod>),
+    ReplaceNodes(Vec<SlimNode>),
+    ReplacePods(Vec<SlimPod>),
 }
 
 const NODE_NAMES: [&str; 4] = ["n0", "n1", "n2", "n3"];
 
-fn any_node() -> impl Strategy<Value = Node> {
+fn any_node() -> impl Strategy<Value = SlimNode> {
     let quantity = prop::sample::select(vec!["", "0", "2", "500m", "3.5", "bad"]);
     (
         prop::sample::select(NODE_NAMES.to_vec()),
@@ -527,7 +533,7 @@ fn any_requests() -> impl Strategy<Value = Value> {
     prop_oneof![3 => profiles, 1 => mixed]
 }
 
-fn any_pod() -> impl Strategy<Value = Pod> {
+fn any_pod() -> impl Strategy<Value = SlimPod> {
     (
         prop::sample::select(vec!["a", "b"]),
         prop::sample::select(vec!["p0", "p1", "p2"]),
@@ -574,16 +580,13 @@ fn any_filter() -> impl Strategy<Value = NodeFilter> {
 /// The cluster as the API server would list it after the same events.
 #[derive(Default)]
 struct Cluster {
-    nodes: std::collections::BTreeMap<String, Node>,
-    pods: std::collections::BTreeMap<(String, String), Pod>,
+    nodes: std::collections::BTreeMap<String, SlimNode>,
+    pods: std::collections::BTreeMap<(String, String), SlimPod>,
 }
 
-fn key(p: &Pod) -> (String, String) {
-    let m = &p.metadata;
-    (
-        m.namespace.clone().unwrap_or_default(),
-        m.name.clone().unwrap_or_default(),
-    )
+fn key(p: &SlimPod) -> (String, String) {
+    let (namespace, name) = p.key();
+    (namespace.to_owned(), name.to_owned())
 }
 
 impl Cluster {

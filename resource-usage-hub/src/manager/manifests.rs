@@ -1,7 +1,8 @@
-//! The agent's manifests (`addon-manifests/agent/`), embedded at build time and rendered by
-//! replacing `{{NAME}}` placeholders; they go to the managed cluster through a ManifestWork.
-//! (The agent's hub permission is no template: a ClusterRole in the chart, bound by the add-on
-//! manager with typed objects.)
+//! The resource-usage agent's manifests (`addon-manifests/agent/`), embedded at build time and
+//! rendered by replacing `{{NAME}}` placeholders; they go to the managed cluster through a
+//! ManifestWork. They live with the manager, which ships them (the agent binary never reads
+//! them). (The agent's hub permission is no template: a ClusterRole in the chart, bound by the
+//! add-on manager with typed objects.)
 
 use std::collections::BTreeMap;
 
@@ -11,27 +12,27 @@ use thiserror::Error;
 pub const AGENT: [(&str, &str); 6] = [
     (
         "serviceaccount.yaml",
-        include_str!("../../addon-manifests/agent/serviceaccount.yaml"),
+        include_str!("../../../addon-manifests/agent/serviceaccount.yaml"),
     ),
     (
         "clusterrole.yaml",
-        include_str!("../../addon-manifests/agent/clusterrole.yaml"),
+        include_str!("../../../addon-manifests/agent/clusterrole.yaml"),
     ),
     (
         "clusterrolebinding.yaml",
-        include_str!("../../addon-manifests/agent/clusterrolebinding.yaml"),
+        include_str!("../../../addon-manifests/agent/clusterrolebinding.yaml"),
     ),
     (
         "role.yaml",
-        include_str!("../../addon-manifests/agent/role.yaml"),
+        include_str!("../../../addon-manifests/agent/role.yaml"),
     ),
     (
         "rolebinding.yaml",
-        include_str!("../../addon-manifests/agent/rolebinding.yaml"),
+        include_str!("../../../addon-manifests/agent/rolebinding.yaml"),
     ),
     (
         "deployment.yaml",
-        include_str!("../../addon-manifests/agent/deployment.yaml"),
+        include_str!("../../../addon-manifests/agent/deployment.yaml"),
     ),
 ];
 

@@ -10,14 +10,13 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use ocm_api::score::fleet_relative;
+use ocm_api::score::resource_usage::{self, Bounds, Free, Resource};
 use ocm_api::wellknown::score::names;
 use ocm_api::{AddOnPlacementScore, ManagedCluster};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use resource_usage_agent::usage::requests::Resource;
-use resource_usage_agent::usage::scores::{Bounds, Free, scores};
 use score_provider::{Change, Computed, Outcome, ProviderError, ScoreProvider, Scores};
 
 use super::prom::{PromClient, PromError, Sample, named_in};
@@ -601,7 +600,10 @@ fn rate_absolute(
         free.set(Resource::Cpu, cpu, cpu_node);
         let (mem, mem_node) = d.memory.map_or((0.0, None), |(c, n)| (c, Some(n)));
         free.set(Resource::Memory, mem, mem_node);
-        let mut s = scores(&free, &settings.bounds)?;
+        let mut s = Scores::new();
+        for (name, value) in resource_usage::scores(&free, &settings.bounds) {
+            s.insert(name, value.into())?;
+        }
         headroom(&mut s, d)?;
         out.insert(*name, Outcome::Scores(s));
     }

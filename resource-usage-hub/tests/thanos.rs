@@ -31,7 +31,8 @@ use testenv::prometheus::Exporter;
 use testenv::thanos::{EndpointMode, Query, Store};
 
 const DEADLINE: Duration = Duration::from_secs(90);
-/// How long each store stays dead (the drill).
+/// How long each store stays dead: four score lifetimes, so that a cluster the scorer failed
+/// to renew would show it.
 const OUTAGE: Duration = Duration::from_secs(40);
 /// The scorer's period and score lifetime in this test: short, so that a renewal (or its
 /// absence) shows within seconds, with room for a loaded machine.

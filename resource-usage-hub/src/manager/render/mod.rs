@@ -1,5 +1,5 @@
 //! Renders the resource-usage agent's ManifestWork for one managed cluster: the embedded
-//! templates (`resource_usage_agent::manifests::AGENT`) with the cluster's values, decorated with its
+//! templates ([`manifests::AGENT`]) with the cluster's values, decorated with its
 //! AddOnDeploymentConfig the way upstream's template add-ons are (ocm
 //! `pkg/addon/templateagent/decorator.go`). Pure: no client, no clock.
 //!
@@ -17,8 +17,9 @@ use ocm_api::work::v1::{
     ConditionRule, FeedbackRule, Manifest, ManifestConfigOption, ManifestWorkSpec,
     ManifestsTemplate, ResourceIdentifier,
 };
-use resource_usage_agent::manifests;
 use serde_json::{Map, Value};
+
+use super::manifests;
 
 mod decorate;
 mod hash;

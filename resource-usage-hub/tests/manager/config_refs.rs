@@ -2,9 +2,9 @@
 //! (OCM lets it write the status of its add-ons): under OCM's addon-manager it reaches the
 //! cluster's work only if the hub assigns that config to the cluster.
 
-use addon_manager_and_scorer::manager::render::config_spec_hash;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ApiResource, DynamicObject};
+use resource_usage_hub::manager::render::config_spec_hash;
 
 use super::*;
 

@@ -22,11 +22,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use addon_manager_and_scorer::manager::controller::{self, AlwaysLeader, Handle, Options};
-use addon_manager_and_scorer::manager::plan::{HealthMode, RENDERING_HASH, Settings};
-use addon_manager_and_scorer::manager::registration::{default_groups, default_user};
-use addon_manager_and_scorer::manager::render::AgentTemplate;
-use addon_manager_and_scorer::manager::testing;
 use common::{MANAGER_ACCOUNT, apply_agent_role, as_the_manager, tempdir};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
@@ -39,6 +34,11 @@ use ocm_api::addon::v1alpha1::{
 use ocm_api::cluster::v1beta1::{Placement, PlacementDecision};
 use ocm_api::work::v1::ManifestWork;
 use ocm_api::{AddOnPlacementScore, AddOnPlacementScoreStatus};
+use resource_usage_hub::manager::controller::{self, AlwaysLeader, Handle, Options};
+use resource_usage_hub::manager::plan::{HealthMode, RENDERING_HASH, Settings};
+use resource_usage_hub::manager::registration::{default_groups, default_user};
+use resource_usage_hub::manager::render::AgentTemplate;
+use resource_usage_hub::manager::testing;
 use serde_json::{Value, json};
 use testenv::{ControlPlane, eventually};
 

@@ -6,8 +6,12 @@
 //! - [`Normaliser`]: sdk-go `ScoreNormalizer`, what score providers use (absolute bounds).
 //! - [`min_max`]: the placement resource prioritizer's min-max form.
 //! - [`fleet_relative`]: [`Normaliser`] with the fleet's own minimum and maximum as bounds.
+//!
+//! [`resource_usage`] is the resource-usage provider's formula on top of [`Normaliser`].
 
 use thiserror::Error;
+
+pub mod resource_usage;
 
 use crate::wellknown::limits::{MAX_CLUSTER_SCORE, MIN_CLUSTER_SCORE};
 

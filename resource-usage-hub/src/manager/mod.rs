@@ -1,10 +1,11 @@
 //! `resource-usage-hub manager`: the add-on manager, as a pipeline. The decisions are pure
 //! functions over a snapshot (no client, no clock: the pass's time is in the snapshot):
-//! `plan` runs one pass over what `render` renders, `rollout` allows, `registration` grants
-//! and approves and `health` reports; `controller` watches, takes the snapshot, feeds the
-//! pass and writes what it planned.
+//! `plan` runs one pass over what `render` renders (from the agent's `manifests`), `rollout`
+//! allows, `registration` grants and approves and `health` reports; `controller` watches,
+//! takes the snapshot, feeds the pass and writes what it planned.
 pub mod controller;
 pub mod health;
+pub mod manifests;
 pub mod plan;
 pub mod registration;
 pub mod render;

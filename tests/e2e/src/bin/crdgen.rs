@@ -1,4 +1,4 @@
-//! `crdgen`: prints the CRDs generated from this crate's types as one multi-document YAML
+//! `crdgen`: prints the CRDs generated from `ocm-api`'s types as one multi-document YAML
 //! stream, for `kubectl apply -f -` or for comparing with upstream's.
 
 use std::process::ExitCode;
@@ -7,7 +7,7 @@ use clap::Parser;
 
 /// Print the CRDs of every OCM kind this project defines, generated from its Rust types.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(name = "crdgen", version)]
 struct Cli {
     /// Print only the CRDs whose kind is one of these (for example `Placement`); all when empty.
     #[arg(long = "kind", env = "CRDGEN_KINDS", value_delimiter = ',')]

@@ -8,17 +8,14 @@ use clap::{Parser, Subcommand};
 use ocm_runtime::app::{self, App, AppArgs, Drain};
 use std::path::PathBuf;
 
-use addon_manager_and_scorer::manager::controller::{self, Handle, Leader, Options};
-use addon_manager_and_scorer::manager::plan::{HealthMode, Settings};
-use addon_manager_and_scorer::manager::render::AgentTemplate;
-use addon_manager_and_scorer::scorer::prom::{PromClient, PromSettings, ThanosParams};
-use addon_manager_and_scorer::scorer::provider::{
-    Normalise, PromScorer, ScorerMetrics, ScorerSettings,
-};
-use addon_manager_and_scorer::scorer::queries::Queries;
+use ocm_api::score::resource_usage::{Bounds, Resource};
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
-use resource_usage_agent::usage::requests::Resource;
-use resource_usage_agent::usage::scores::Bounds;
+use resource_usage_hub::manager::controller::{self, Handle, Leader, Options};
+use resource_usage_hub::manager::plan::{HealthMode, Settings};
+use resource_usage_hub::manager::render::AgentTemplate;
+use resource_usage_hub::scorer::prom::{PromClient, PromSettings, ThanosParams};
+use resource_usage_hub::scorer::provider::{Normalise, PromScorer, ScorerMetrics, ScorerSettings};
+use resource_usage_hub::scorer::queries::Queries;
 
 /// The hub side of the resource-usage score provider.
 #[derive(Parser)]
@@ -401,7 +398,7 @@ mod tests {
         };
         assert_eq!(
             args.prometheus_max_response_size,
-            addon_manager_and_scorer::scorer::prom::DEFAULT_MAX_RESPONSE_BYTES
+            resource_usage_hub::scorer::prom::DEFAULT_MAX_RESPONSE_BYTES
         );
         // Partial answers accepted, replicas merged: one dead store never blinds the fleet.
         assert!(args.thanos_params && args.thanos_dedup && args.thanos_partial_response);

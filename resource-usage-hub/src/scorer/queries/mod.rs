@@ -1,5 +1,7 @@
-//! The PromQL the scorer runs, one query per metric for the whole fleet (score-addon.md §5.3),
-//! and the arithmetic that turns their answers into free amounts per cluster (sans IO).
+//! The PromQL the scorer runs, one query per metric for the whole fleet (over
+//! kube-state-metrics v2's `kube_node_status_allocatable` and
+//! `kube_pod_container_resource_requests`), and the arithmetic that turns their answers into
+//! free amounts per cluster (sans IO).
 //!
 //! Templates name the series label that carries the ManagedCluster's name as `{{LABEL}}` and
 //! the lookback as `{{WINDOW}}`: ACM's metrics collector remote-writes every 5 minutes by

@@ -5,13 +5,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use addon_manager_and_scorer::manager::plan::{self, HealthMode, Settings, Snapshot};
-use addon_manager_and_scorer::manager::render::AgentTemplate;
-use addon_manager_and_scorer::manager::testing;
 use criterion::{Criterion, criterion_group, criterion_main};
 use ocm_api::ManagedCluster;
 use ocm_api::addon::v1alpha1::ClusterManagementAddOn;
 use ocm_api::cluster::v1beta1::PlacementDecision;
+use resource_usage_hub::manager::plan::{self, HealthMode, Settings, Snapshot};
+use resource_usage_hub::manager::render::AgentTemplate;
+use resource_usage_hub::manager::testing;
 use serde_json::json;
 
 const CLUSTERS: usize = 1_000;

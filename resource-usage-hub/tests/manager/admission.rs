@@ -4,8 +4,8 @@
 
 use super::*;
 
-use addon_manager_and_scorer::manager::render::{self, Rendered};
 use ocm_api::addon::v1alpha1::AddOnDeploymentConfigSpec;
+use resource_usage_hub::manager::render::{self, Rendered};
 
 /// The manager's renderings for `cluster`: without a config, and with an AddOnDeploymentConfig
 /// that sets everything the renderer applies (install namespace, variables, node placement,

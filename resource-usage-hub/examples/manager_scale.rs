@@ -4,7 +4,7 @@
 //! markdown report; nothing is asserted beyond the manager doing its job.
 //!
 //! ```sh
-//! cargo build --release -p addon-manager-and-scorer --bin resource-usage-hub --example manager_scale
+//! cargo build --release -p resource-usage-hub --bin resource-usage-hub --example manager_scale
 //! target/release/examples/manager_scale --no-build                 # 1,000 clusters
 //! target/release/examples/manager_scale --no-build --clusters 100 --steady 10s
 //! ```
@@ -65,7 +65,7 @@ fn name(i: usize) -> String {
 
 async fn run(args: &Args) -> Result<String> {
     let binary = testenv::build::workspace_binary(
-        "addon-manager-and-scorer",
+        "resource-usage-hub",
         "resource-usage-hub",
         testenv::build::Profile::Release,
         !args.no_build,

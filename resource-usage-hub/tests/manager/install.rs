@@ -238,7 +238,7 @@ async fn placement_scheduled(client: &Client, addon: &str) -> Option<String> {
     Some(format!("{}/{}: {}", c.status, c.reason, c.message))
 }
 
-/// Issue 16 item 2: a placement whose scheduling failed or is unknown (misconfigured with its
+/// A placement whose scheduling failed or is unknown (misconfigured with its
 /// decisions emptied, Unknown, its status gone, the placement gone) uninstalls nothing; the
 /// ClusterManagementAddOn says why; when it is scheduled again with the same clusters nothing
 /// is reinstalled. The manager binary runs as the chart's identity.
