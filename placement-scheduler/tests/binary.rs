@@ -215,7 +215,7 @@ fn cap_address_space(pid: u32, soft: &str) {
     assert!(status.success(), "prlimit --as={soft}");
 }
 
-/// Issue 16 item 2, the drill: a CEL compile that fails for a transient reason is not a
+/// The drill: a CEL compile that fails for a transient reason is not a
 /// misconfiguration. The fault is real: the scheduler process's address space is capped
 /// (RLIMIT_AS, 128 MiB above what it maps) so that the 256 MiB stack of the compiler thread
 /// cannot be mapped while everything else keeps running. The Placement's decisions must stay

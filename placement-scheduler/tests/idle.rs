@@ -1,4 +1,4 @@
-//! The controller at rest (issue 17): a settled fleet makes no passes and no writes, through
+//! The controller at rest: a settled fleet makes no passes and no writes, through
 //! Balance waves and resyncs alike. A test binary of its own: Balance reads every
 //! PlacementDecision and the resync every cluster and score on the hub, so the other tests'
 //! objects would be real input changes here.

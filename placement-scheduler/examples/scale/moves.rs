@@ -1,4 +1,4 @@
-//! Issue 22's reaction shapes: N clusters with an AddOnPlacementScore each, M Placements
+//! Reaction shapes: N clusters with an AddOnPlacementScore each, M Placements
 //! (numberOfClusters 1, Exact, one AddOn prioritizer) that all read the same scores.
 //!
 //! - Moves: one score write makes another cluster the best; latency from that write's response
@@ -366,7 +366,7 @@ impl Outcome {
     }
 }
 
-/// Issue 22's table: one row per shape, ours and upstream side by side ("—" for one not run),
+/// The reaction table: one row per shape, ours and upstream side by side ("—" for one not run),
 /// then every run's details.
 pub fn section(results: &[Outcome]) -> String {
     let mut s = String::new();

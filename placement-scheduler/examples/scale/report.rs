@@ -145,7 +145,7 @@ pub(crate) fn render_report(
     }
     let _ = writeln!(
         s,
-        "Targets (issue 4, reported not asserted): 10,000 × 1,000 limited by the apiserver's write rate, controller CPU < 25% of wall time; peak RSS < 300 MB; reaction p99 < 1 s."
+        "Targets (reported, not asserted): 10,000 × 1,000 limited by the apiserver's write rate, controller CPU < 25% of wall time; peak RSS < 300 MB; reaction p99 < 1 s."
     );
     s
 }

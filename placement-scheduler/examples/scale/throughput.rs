@@ -506,7 +506,7 @@ impl ThroughputResult {
     }
 }
 
-/// Issue 17's table: one row per shape, ours / upstream side by side ("—" for one not run).
+/// The throughput table: one row per shape, ours / upstream side by side ("—" for one not run).
 pub(crate) fn compare_throughput(results: &[ThroughputResult]) -> String {
     let mut s = String::new();
     let _ = writeln!(

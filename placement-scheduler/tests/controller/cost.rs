@@ -16,7 +16,7 @@ fn hostile_cel_expression() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_placement_does_not_stall_the_others() {
-    // Issue 16 item 1. A Placement whose celSelector is as expensive as the per-cluster budget
+    // A Placement whose celSelector is as expensive as the per-cluster budget
     // allows, over many clusters, takes a long pass. Before, the pass held the state's read
     // lock: the watches waited for the write lock (and the runtime threads with them), so no
     // other placement saw a change until it ended. Now passes run from a snapshot, on the
@@ -108,7 +108,7 @@ async fn a_hostile_placement_does_not_stall_the_others() {
         .unwrap();
 }
 
-/// Issue 16 item 1, the CEL budget drill: a Placement whose celSelector would spend upstream's
+/// The CEL budget drill: a Placement whose celSelector would spend upstream's
 /// whole per-expression limit on every cluster runs out of its pass's budget. It is not
 /// scheduled: its decisions stay as they were (not emptied: the add-on manager would uninstall),
 /// `PlacementSatisfied=False/CELBudgetExceeded` says how far it got, one Warning event names
@@ -200,7 +200,7 @@ async fn a_placement_past_its_cel_budget_keeps_its_decisions_and_others_schedule
     .await;
 }
 
-/// Issue 17: the groups left from `clustersPerDecisionGroup: 2` merge once the Placement asks
+/// The groups left from `clustersPerDecisionGroup: 2` merge once the Placement asks
 /// for the default size (one group), in the status and on the PlacementDecisions' labels.
 #[tokio::test]
 async fn decision_groups_merge_when_the_size_grows() {
@@ -279,7 +279,7 @@ async fn decision_groups_merge_when_the_size_grows() {
     assert_eq!(hub.chosen("p").await, ["c1", "c2", "c3", "c4"]);
 }
 
-/// Issue 22 items 1 and 3, with the controller's default pacing: a burst of 1,000 score
+/// With the controller's default pacing: a burst of 1,000 score
 /// updates for one placement costs at most one pass per `--min-pass-interval` (100 ms) while
 /// it lasts (fewer: in a burst a pass waits for the updates to pause), the decision ends on the last update's best cluster, and the queue then says it is
 /// settled: nothing ready, deferred or processing, only the scores' expiry waiting.
@@ -384,7 +384,7 @@ async fn scheduler_events(hub: &Hub) -> Vec<(String, String, String, i32)> {
     out
 }
 
-/// Issue 17, item 1: a new Placement on upstream's benchmark shape (numberOfClusters 10,
+/// A new Placement on upstream's benchmark shape (numberOfClusters 10,
 /// Exact with AddOn + ResourceAllocatableCPU + Balance, scores valid for 1,000 minutes as
 /// upstream's benchmark writes them) costs four writes: the
 /// PlacementDecision's create and status, the Placement's status, and one `DecisionCreate`
@@ -466,7 +466,7 @@ async fn a_new_placement_costs_four_writes() {
     assert_eq!(scheduler_events(&hub).await.len(), 1);
 }
 
-/// Issue 17, item 1: the same event again is not a new Event object: it becomes a series on
+/// The same event again is not a new Event object: it becomes a series on
 /// the first one (`series.count`), as client-go's events broadcaster does. A placement whose
 /// decision moves back and forth says "Decision p-decision-1 is updated ..." each time.
 #[tokio::test]
@@ -555,7 +555,7 @@ async fn our_own_writes_start_no_pass() {
     );
 }
 
-/// Issue 17, item 2 (no work at rest): an agent that renews its unchanged score (a later
+/// No work at rest: an agent that renews its unchanged score (a later
 /// `validUntil`, the same items, as the resource-usage agent does every minute) schedules no
 /// placement; a change of value still does, at once.
 #[tokio::test]

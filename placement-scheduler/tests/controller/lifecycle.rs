@@ -355,7 +355,7 @@ async fn events_follow_the_writes() {
     );
 }
 
-/// Issue 15, item 4: a managed cluster's agent writes its score with `validUntil` ten years
+/// A managed cluster's agent writes its score with `validUntil` ten years
 /// ahead, as its own hub identity (the shipped agent Role: get/create scores, patch their
 /// status, in its cluster namespace). Upstream would keep that score forever after the agent
 /// stops; here it counts for `--max-score-validity` after the hub accepted its write, and the
@@ -475,7 +475,7 @@ subjects:
     );
 }
 
-/// Issue 16 item 6: 2,000 Placements whose decision writes fail (a ValidatingAdmissionPolicy
+/// 2,000 Placements whose decision writes fail (a ValidatingAdmissionPolicy
 /// denies every PlacementDecision create in the namespace) all go into backoff; once they are
 /// deleted the queue's per-key maps (`placement_cache_entries{cache="queue_failures"}` and
 /// `{cache="queue_requeues"}`) are back where they started. (2,000, not 10,000: on two shared

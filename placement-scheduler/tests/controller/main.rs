@@ -1,5 +1,6 @@
 //! The controller against a real apiserver with the upstream CRDs: upstream's integration
-//! scenarios (ocm-placement.md §5.1), the seeds' stories, spread and groups end to end.
+//! scenarios (open-cluster-management-io/ocm test/integration/placement), the stories of
+//! OCM's extensible-scheduling enhancement, spread and groups end to end.
 #![allow(clippy::unwrap_used)]
 
 #[path = "../common/mod.rs"]
@@ -20,7 +21,7 @@ const MISCONFIGURED: &str = "PlacementMisconfigured";
 mod cost;
 /// Over time: restarts, bursts, regrouping, events, deleted placements.
 mod lifecycle;
-/// Upstream's integration scenarios and the seeds' stories.
+/// Upstream's integration scenarios and the extensible-scheduling enhancement's stories.
 mod scenarios;
 /// The stability controls on the live hub.
 mod stability;

@@ -1,4 +1,5 @@
-//! Upstream's integration scenarios (ocm-placement.md §5.1) and the seeds' stories: decisions,
+//! Upstream's integration scenarios (open-cluster-management-io/ocm test/integration/placement)
+//! and the extensible-scheduling enhancement's stories: decisions,
 //! cluster sets, predicates, prioritizers, tolerations, decision groups and spread end to end.
 
 use super::*;
@@ -358,7 +359,7 @@ async fn balance_moves_away_from_busy_clusters() {
 
 #[tokio::test]
 async fn addon_scores_move_the_decision() {
-    // Seed 000 story 1 (an agent's scores) and story 4 (a third party's): scores are written,
+    // The extensible-scheduling enhancement's story 1 (an agent's scores) and story 4 (a third party's): scores are written,
     // the decision follows them.
     let hub = Hub::new("pl-addon").await;
     let names = hub.clusters(&["c0", "c1", "c2"], json!({})).await;
