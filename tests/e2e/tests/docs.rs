@@ -173,6 +173,11 @@ const OTHER_NAMES: &[(&str, Option<&str>, &str)] = &[
         "cargo's incremental compilation, off in CI",
     ),
     (
+        "POD_NAME",
+        Some("ocm-runtime/src/events.rs"),
+        "the Events' reportingInstance",
+    ),
+    (
         "OCM_MIN_FREE_GB",
         Some("tests/run.sh"),
         "the free disk the test command asks for",
