@@ -293,6 +293,121 @@ fn render(b: &Bars<'_>) -> Result<String, Error> {
     Ok(svg)
 }
 
+/// The axes, bars, group labels, bar labels and legend of one chart: a macro because the log and
+/// the linear charts are different types in plotters.
+macro_rules! chart_body {
+    ($chart:ident, $floor:expr, $ytick:expr, $root:ident, $b:ident, $err:ident, $bar_x:ident, $group_labels:ident, $values:ident) => {{
+        $chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc($b.y_desc)
+            .y_label_formatter(&$ytick)
+            .axis_desc_style(("sans-serif", 14))
+            .label_style(("sans-serif", 12))
+            .light_line_style(WHITE.mix(0.0))
+            .bold_line_style(BLACK.mix(0.12))
+            .draw()
+            .map_err(&$err)?;
+        for (i, (name, color)) in $b.legend.iter().enumerate() {
+            let rects: Vec<Rectangle<(f64, f64)>> = $b
+                .groups
+                .iter()
+                .enumerate()
+                .filter_map(|(g, (_, bars))| {
+                    let bar = bars.get(i)?.as_ref()?;
+                    let (x0, x1) = $bar_x(g, i);
+                    Some(Rectangle::new(
+                        [(x0, $floor), (x1, bar.value)],
+                        color.filled(),
+                    ))
+                })
+                .collect();
+            let c = *color;
+            $chart
+                .draw_series(rects)
+                .map_err(&$err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+        }
+        for (g, (label, bars)) in $b.groups.iter().enumerate() {
+            let (x, y) = $chart.backend_coord(&(g as f64 + 0.5, $floor));
+            $root
+                .draw(&Text::new(
+                    label.clone(),
+                    (x, y + 10),
+                    $group_labels.pos(Pos::new(HPos::Center, VPos::Top)),
+                ))
+                .map_err(&$err)?;
+            for (i, bar) in bars.iter().enumerate() {
+                let (x0, x1) = $bar_x(g, i);
+                let mid = (x0 + x1) / 2.0;
+                let Some(bar) = bar else {
+                    let (px, py) = $chart.backend_coord(&(mid, $floor));
+                    $root
+                        .draw(&Text::new(
+                            $b.missing.to_owned(),
+                            (px, py - 6),
+                            ("sans-serif", 12)
+                                .into_font()
+                                .color(&GREY)
+                                .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                        ))
+                        .map_err(&$err)?;
+                    continue;
+                };
+                let (px, top) = $chart.backend_coord(&(mid, bar.value));
+                if let Some((high, text)) = &bar.whisker {
+                    let (_, wy) = $chart.backend_coord(&(mid, *high));
+                    let (wx0, _) = $chart.backend_coord(&(x0 + (x1 - x0) * 0.3, *high));
+                    let (wx1, _) = $chart.backend_coord(&(x1 - (x1 - x0) * 0.3, *high));
+                    let line = BLACK.stroke_width(1);
+                    $root
+                        .draw(&PathElement::new(vec![(px, top), (px, wy)], line))
+                        .map_err(&$err)?;
+                    $root
+                        .draw(&PathElement::new(vec![(wx0, wy), (wx1, wy)], line))
+                        .map_err(&$err)?;
+                    $root
+                        .draw(&Text::new(
+                            text.clone(),
+                            (px, wy - 3),
+                            $values.pos(Pos::new(HPos::Center, VPos::Bottom)),
+                        ))
+                        .map_err(&$err)?;
+                    // The bar's own value inside its top.
+                    $root
+                        .draw(&Text::new(
+                            bar.label.clone(),
+                            (px, top + 4),
+                            ("sans-serif", 12)
+                                .into_font()
+                                .color(&WHITE)
+                                .pos(Pos::new(HPos::Center, VPos::Top)),
+                        ))
+                        .map_err(&$err)?;
+                } else {
+                    $root
+                        .draw(&Text::new(
+                            bar.label.clone(),
+                            (px, top - 4),
+                            $values.pos(Pos::new(HPos::Center, VPos::Bottom)),
+                        ))
+                        .map_err(&$err)?;
+                }
+            }
+        }
+        $chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 13))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.3))
+            .draw()
+            .map_err(&$err)?;
+    }};
+}
+
 fn draw(root: &DrawingArea<SVGBackend<'_>, Shift>, b: &Bars<'_>) -> Result<(), Error> {
     let err = draw_err(b.figure);
     root.fill(&WHITE).map_err(&err)?;
@@ -327,113 +442,6 @@ fn draw(root: &DrawingArea<SVGBackend<'_>, Shift>, b: &Bars<'_>) -> Result<(), E
         let x0 = g as f64 + 0.1 + inner * i as f64;
         (x0 + inner * 0.08, x0 + inner * 0.92)
     };
-    macro_rules! chart_body {
-        ($chart:ident, $floor:expr, $ytick:expr) => {{
-            $chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(0)
-                .y_desc(b.y_desc)
-                .y_label_formatter(&$ytick)
-                .axis_desc_style(("sans-serif", 14))
-                .label_style(("sans-serif", 12))
-                .light_line_style(WHITE.mix(0.0))
-                .bold_line_style(BLACK.mix(0.12))
-                .draw()
-                .map_err(&err)?;
-            for (i, (name, color)) in b.legend.iter().enumerate() {
-                let rects: Vec<Rectangle<(f64, f64)>> = b
-                    .groups
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(g, (_, bars))| {
-                        let bar = bars.get(i)?.as_ref()?;
-                        let (x0, x1) = bar_x(g, i);
-                        Some(Rectangle::new(
-                            [(x0, $floor), (x1, bar.value)],
-                            color.filled(),
-                        ))
-                    })
-                    .collect();
-                let c = *color;
-                $chart
-                    .draw_series(rects)
-                    .map_err(&err)?
-                    .label(name.as_str())
-                    .legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled())
-                    });
-            }
-            for (g, (label, bars)) in b.groups.iter().enumerate() {
-                let (x, y) = $chart.backend_coord(&(g as f64 + 0.5, $floor));
-                root.draw(&Text::new(
-                    label.clone(),
-                    (x, y + 10),
-                    group_labels.pos(Pos::new(HPos::Center, VPos::Top)),
-                ))
-                .map_err(&err)?;
-                for (i, bar) in bars.iter().enumerate() {
-                    let (x0, x1) = bar_x(g, i);
-                    let mid = (x0 + x1) / 2.0;
-                    let Some(bar) = bar else {
-                        let (px, py) = $chart.backend_coord(&(mid, $floor));
-                        root.draw(&Text::new(
-                            b.missing.to_owned(),
-                            (px, py - 6),
-                            ("sans-serif", 12)
-                                .into_font()
-                                .color(&GREY)
-                                .pos(Pos::new(HPos::Center, VPos::Bottom)),
-                        ))
-                        .map_err(&err)?;
-                        continue;
-                    };
-                    let (px, top) = $chart.backend_coord(&(mid, bar.value));
-                    if let Some((high, text)) = &bar.whisker {
-                        let (_, wy) = $chart.backend_coord(&(mid, *high));
-                        let (wx0, _) = $chart.backend_coord(&(x0 + (x1 - x0) * 0.3, *high));
-                        let (wx1, _) = $chart.backend_coord(&(x1 - (x1 - x0) * 0.3, *high));
-                        let line = BLACK.stroke_width(1);
-                        root.draw(&PathElement::new(vec![(px, top), (px, wy)], line))
-                            .map_err(&err)?;
-                        root.draw(&PathElement::new(vec![(wx0, wy), (wx1, wy)], line))
-                            .map_err(&err)?;
-                        root.draw(&Text::new(
-                            text.clone(),
-                            (px, wy - 3),
-                            values.pos(Pos::new(HPos::Center, VPos::Bottom)),
-                        ))
-                        .map_err(&err)?;
-                        // The bar's own value inside its top.
-                        root.draw(&Text::new(
-                            bar.label.clone(),
-                            (px, top + 4),
-                            ("sans-serif", 12)
-                                .into_font()
-                                .color(&WHITE)
-                                .pos(Pos::new(HPos::Center, VPos::Top)),
-                        ))
-                        .map_err(&err)?;
-                    } else {
-                        root.draw(&Text::new(
-                            bar.label.clone(),
-                            (px, top - 4),
-                            values.pos(Pos::new(HPos::Center, VPos::Bottom)),
-                        ))
-                        .map_err(&err)?;
-                    }
-                }
-            }
-            $chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .label_font(("sans-serif", 13))
-                .background_style(WHITE.mix(0.9))
-                .border_style(BLACK.mix(0.3))
-                .draw()
-                .map_err(&err)?;
-        }};
-    }
     if b.log {
         // Decades from 1 to the first power of ten above the largest value, with headroom.
         let top = 10f64.powf((max * 2.0).log10().ceil()).max(10.0);
@@ -446,7 +454,7 @@ fn draw(root: &DrawingArea<SVGBackend<'_>, Shift>, b: &Bars<'_>) -> Result<(), E
             .build_cartesian_2d(0f64..n, (1f64..top).log_scale())
             .map_err(&err)?;
         let tick = |v: &f64| number(*v);
-        chart_body!(chart, 1.0, tick);
+        chart_body!(chart, 1.0, tick, root, b, err, bar_x, group_labels, values);
     } else {
         let top = nice_top(max * 1.18);
         let mut chart = ChartBuilder::on(&plot)
@@ -458,14 +466,23 @@ fn draw(root: &DrawingArea<SVGBackend<'_>, Shift>, b: &Bars<'_>) -> Result<(), E
             .build_cartesian_2d(0f64..n, 0f64..top)
             .map_err(&err)?;
         let tick = |v: &f64| number(*v);
-        chart_body!(chart, 0.0, tick);
+        chart_body!(chart, 0.0, tick, root, b, err, bar_x, group_labels, values);
     }
 
+    draw_provenance(&lower, &b.sources, &err)
+}
+
+/// The provenance lines under the chart: what was measured when, and the command.
+fn draw_provenance(
+    lower: &DrawingArea<SVGBackend<'_>, Shift>,
+    sources: &[&Source],
+    err: &impl Fn(DrawingAreaErrorKind<std::io::Error>) -> Error,
+) -> Result<(), Error> {
     let prov = ("sans-serif", 12).into_font().color(&GREY);
     let cmd = ("monospace", 11).into_font().color(&GREY);
     // Runs of the same commit and command share their lines.
     let mut lines: Vec<(usize, String, String)> = Vec::new();
-    for s in &b.sources {
+    for s in sources {
         let (first, command) = s.provenance();
         match lines
             .iter_mut()
@@ -483,8 +500,8 @@ fn draw(root: &DrawingArea<SVGBackend<'_>, Shift>, b: &Bars<'_>) -> Result<(), E
         };
         lower
             .draw_text(&format!("{what} {first}"), &prov, (20, y))
-            .map_err(&err)?;
-        lower.draw_text(command, &cmd, (20, y + 16)).map_err(&err)?;
+            .map_err(err)?;
+        lower.draw_text(command, &cmd, (20, y + 16)).map_err(err)?;
         y += 32;
     }
     Ok(())
