@@ -1,7 +1,6 @@
 //! `resource-usage-hub`: the hub side of the resource-usage score provider.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -10,7 +9,7 @@ use std::path::PathBuf;
 
 use ocm_api::score::resource_usage::{Bounds, Resource};
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
-use resource_usage_hub::manager::controller::{self, Handle, Leader, Options};
+use resource_usage_hub::manager::controller::{self, Handle, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;
 use resource_usage_hub::scorer::prom::{PromClient, PromSettings, ThanosParams};
@@ -59,7 +58,7 @@ struct ScorerArgs {
     #[arg(long = "prometheus-header", value_parser = parse_header)]
     prometheus_headers: Vec<(String, String)>,
     /// Per query attempt.
-    #[arg(long, env = "PROMETHEUS_TIMEOUT", default_value = "30s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "PROMETHEUS_TIMEOUT", default_value = "30s", value_parser = ocm_runtime::flags::parse_duration)]
     prometheus_timeout: Duration,
     /// Attempts per query (backoff in between) before the compute fails.
     #[arg(long, env = "PROMETHEUS_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=10))]
@@ -91,10 +90,10 @@ struct ScorerArgs {
     /// Lookback of every selector (`last_over_time`); at least twice the push interval, and
     /// at least --max-data-age. Series that ended within it still count (a deleted pod's
     /// requests, a removed node), so keep it no longer than the push interval needs.
-    #[arg(long, env = "QUERY_WINDOW", default_value = "15m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "QUERY_WINDOW", default_value = "15m", value_parser = ocm_runtime::flags::parse_duration)]
     window: Duration,
     /// Resolution of the freshness subquery: a cluster's newest sample is seen to within it.
-    #[arg(long, env = "FRESHNESS_STEP", default_value = "1m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "FRESHNESS_STEP", default_value = "1m", value_parser = ocm_runtime::flags::parse_duration)]
     freshness_step: Duration,
     /// Count the requests of Pending and Running pods only (needs `kube_pod_status_phase`,
     /// which ACM does not forward by default).
@@ -128,7 +127,7 @@ struct ScorerArgs {
     #[arg(long, env = "MEMORY_RANGE", value_parser = score_provider::cli::parse_range)]
     memory_range: Option<(f64, f64)>,
     /// A cluster whose newest sample is older than this is not rated; its scores expire.
-    #[arg(long, env = "MAX_DATA_AGE", default_value = "15m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "MAX_DATA_AGE", default_value = "15m", value_parser = ocm_runtime::flags::parse_duration)]
     max_data_age: Duration,
     /// The AddOnPlacementScore to write; a name of its own keeps it apart from agents'.
     #[arg(long, env = "SCORE_NAME", default_value = RESOURCE_USAGE_SCORE)]
@@ -185,10 +184,10 @@ struct ManagerArgs {
     #[arg(long, env = "MANAGE_CMA", default_value_t = true, action = clap::ArgAction::Set)]
     manage_cma: bool,
     /// A pass at least this often even without events.
-    #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = ocm_runtime::flags::parse_duration)]
     resync_period: Duration,
     /// Events within this long make one pass.
-    #[arg(long, env = "EVENT_DEBOUNCE", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "EVENT_DEBOUNCE", default_value = "100ms", value_parser = ocm_runtime::flags::parse_duration)]
     event_debounce: Duration,
 }
 
@@ -218,7 +217,6 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     let leadership = running.elect(&args.app.leader, &hub, &lease)?;
     // The manager's client sends writes only while leading.
     let client = hub.writer(&leadership)?;
-    let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
     // Ready once every watch has listed; until then /readyz names the watches that have not
     // and their last error (a missing CRD). A standby is ready too (it keeps warm stores).
     tokio::spawn(handle.sync.clone().report_to(running.health()));
@@ -241,7 +239,7 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
         settings,
         debounce: args.event_debounce,
         resync: args.resync_period,
-        leader,
+        leadership: leadership.clone(),
     };
     // A replica deposed by another holder exits (client-go's `OnStoppedLeading`) and comes
     // back as a standby when restarted; one that only missed its renewals (the apiserver
