@@ -34,8 +34,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -43,9 +43,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+// No poisoning: a panicked churn or watch task leaves its state readable for the report.
 use ocm_api::AddOnPlacementScore;
 use ocm_api::score::Normaliser;
 use ocm_api::wellknown::score::{RESOURCE_USAGE_SCORE, names};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use testenv::harness::BoxError;
 use testenv::process::ChildProcess;
