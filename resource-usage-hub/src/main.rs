@@ -4,17 +4,21 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use ocm_runtime::app::{self, App, AppArgs, Drain};
+use ocm_runtime::app::{self, App, AppArgs, AppError, Drain};
+use ocm_runtime::client::ClientError;
+use ocm_runtime::client::follow::FollowError;
 use std::path::PathBuf;
+use thiserror::Error;
 
+use ocm_api::score::BoundsError;
 use ocm_api::score::resource_usage::{Bounds, Resource};
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
 use resource_usage_hub::manager::controller::{self, Handle, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;
-use resource_usage_hub::scorer::prom::{PromClient, PromSettings, ThanosParams};
+use resource_usage_hub::scorer::prom::{PromClient, PromError, PromSettings, ThanosParams};
 use resource_usage_hub::scorer::provider::{Normalise, PromScorer, ScorerMetrics, ScorerSettings};
-use resource_usage_hub::scorer::queries::Queries;
+use resource_usage_hub::scorer::queries::{Queries, QueriesError};
 
 /// The hub side of the resource-usage score provider.
 #[derive(Parser)]
@@ -191,6 +195,41 @@ struct ManagerArgs {
     event_debounce: Duration,
 }
 
+/// Why a command could not start or stopped; printed as `error: <this>`.
+#[derive(Debug, Error)]
+enum HubError {
+    #[error("--agent-image must name an image")]
+    NoAgentImage,
+    #[error(
+        "--max-data-age ({max_data_age:?}) must not exceed --window ({window:?}): older data drops out of the queries before it is seen stale"
+    )]
+    MaxDataAge {
+        max_data_age: Duration,
+        window: Duration,
+    },
+    #[error(transparent)]
+    App(#[from] AppError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+    /// Boxed: the provider's flag errors are large, and every result carries the largest.
+    #[error(transparent)]
+    Provider(Box<score_provider::cli::CliError>),
+    #[error(transparent)]
+    Prom(#[from] PromError),
+    #[error(transparent)]
+    Bounds(#[from] BoundsError),
+    #[error(transparent)]
+    Queries(#[from] QueriesError),
+}
+
+impl From<score_provider::cli::CliError> for HubError {
+    fn from(e: score_provider::cli::CliError) -> Self {
+        Self::Provider(Box::new(e))
+    }
+}
+
 fn main() -> ExitCode {
     app::main("error: ", || match Cli::parse().command {
         Command::Manager(args) => app::block_on(manager(*args), Drain::Wait),
@@ -198,13 +237,13 @@ fn main() -> ExitCode {
     })
 }
 
-async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
+async fn manager(args: ManagerArgs) -> Result<(), HubError> {
     let mut app = App::start(
         &args.app.log,
         concat!("resource-usage-hub/", env!("CARGO_PKG_VERSION")),
     )?;
     if args.agent_image.trim().is_empty() {
-        return Err("--agent-image must name an image".into());
+        return Err(HubError::NoAgentImage);
     }
     let hub = app.connect(&args.app.client).await?;
     let handle = Handle::new(app.registry());
@@ -249,7 +288,7 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
+async fn scorer(args: ScorerArgs) -> Result<(), HubError> {
     let user_agent = concat!("resource-usage-hub-scorer/", env!("CARGO_PKG_VERSION"));
     let app = App::start(&args.provider.log, user_agent)?;
     let settings = args.provider.settings(&args.score_name, SCORER)?;
@@ -313,7 +352,7 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn prom_scorer(
     args: &ScorerArgs,
     hub: kube::Client,
-) -> Result<(PromScorer, ScorerMetrics), Box<dyn std::error::Error>> {
+) -> Result<(PromScorer, ScorerMetrics), HubError> {
     let prom = PromClient::new(PromSettings {
         url: args.prometheus_url.clone(),
         bearer_token: None,
@@ -337,11 +376,10 @@ fn prom_scorer(
     }
     // A cluster can only be seen stale while its series are still within the window.
     if args.max_data_age > args.window {
-        return Err(format!(
-            "--max-data-age ({:?}) must not exceed --window ({:?}): older data drops out of the queries before it is seen stale",
-            args.max_data_age, args.window
-        )
-        .into());
+        return Err(HubError::MaxDataAge {
+            max_data_age: args.max_data_age,
+            window: args.window,
+        });
     }
     // A compute must end within a period, whatever the query API does.
     let deadline = args.provider.refresh_period.max(Duration::from_secs(5));
