@@ -2,24 +2,27 @@
 //! AddOnPlacementScore `resource-usage-score` in its namespace on the hub.
 
 use std::collections::BTreeMap;
-use std::error::Error;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use futures::TryFutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use ocm_api::score::BoundsError;
 use ocm_api::score::resource_usage::{Bounds, Resource};
-use ocm_api::selector::Selector;
+use ocm_api::selector::{Selector, SelectorError};
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
-use ocm_runtime::app::{self, Drain};
+use ocm_runtime::app::{self, AppError, Drain};
+use ocm_runtime::client::ClientError;
+use ocm_runtime::logging::LogError;
 use resource_usage_agent::usage::host::HostSource;
 use resource_usage_agent::usage::index::NodeFilter;
 use resource_usage_agent::usage::kube::KubeSource;
 use resource_usage_agent::usage::provider::{ResourceUsage, Source};
+use score_provider::ProviderError;
 use score_provider::ScoreProvider;
-use score_provider::cli::parse_range;
+use score_provider::cli::{CliError, parse_range};
 use score_provider::lease::LeaseSettings;
+use thiserror::Error;
 
 /// The name the agent writes as (field manager, user agent, managed-by label).
 const MANAGER: &str = "resource-usage-agent";
@@ -127,20 +130,20 @@ struct SourceArgs {
 }
 
 /// `key=value,...` as a label map.
-fn parse_selector(s: &str) -> Result<BTreeMap<String, String>, String> {
+fn parse_selector(s: &str) -> Result<BTreeMap<String, String>, AgentError> {
     s.split(',')
         .filter(|p| !p.trim().is_empty())
         .map(|pair| {
             let (k, v) = pair
                 .split_once('=')
-                .ok_or_else(|| format!("--node-selector: {pair:?} is not key=value"))?;
+                .ok_or_else(|| AgentError::NotKeyValue(pair.to_owned()))?;
             Ok((k.trim().to_owned(), v.trim().to_owned()))
         })
         .collect()
 }
 
 impl SourceArgs {
-    fn bounds(&self) -> Result<Bounds, String> {
+    fn bounds(&self) -> Result<Bounds, AgentError> {
         let mut b = Bounds::default();
         let all = [
             (Resource::Cpu, self.cpu_range, self.node_cpu_range),
@@ -150,20 +153,20 @@ impl SourceArgs {
         ];
         for (r, both, node) in all {
             if let Some((lo, hi)) = both {
-                b.set(r, lo, hi).map_err(|e| e.to_string())?;
+                b.set(r, lo, hi)?;
             }
             if let Some((lo, hi)) = node {
-                b.set_node(r, lo, hi).map_err(|e| e.to_string())?;
+                b.set_node(r, lo, hi)?;
             }
         }
         Ok(b)
     }
 
-    async fn source(&self) -> Result<Source, String> {
+    async fn source(&self) -> Result<Source, AgentError> {
         match self.source {
             SourceKind::Host => HostSource::new()
                 .map(|h| Source::Host(Box::new(h)))
-                .map_err(|e| format!("cannot read this machine: {e}")),
+                .map_err(AgentError::Host),
             SourceKind::Kube => {
                 let labels = match &self.node_selector {
                     Some(s) => parse_selector(s)?,
@@ -176,10 +179,7 @@ impl SourceArgs {
                         match_labels: Some(labels.clone()),
                         match_expressions: None,
                     };
-                    Some(
-                        Selector::from_label_selector(&ls)
-                            .map_err(|e| format!("--node-selector: {e}"))?,
-                    )
+                    Some(Selector::from_label_selector(&ls).map_err(AgentError::NodeSelector)?)
                 };
                 let filter = NodeFilter {
                     selector,
@@ -193,12 +193,42 @@ impl SourceArgs {
                         .join(",")
                 });
                 let user_agent = format!("{MANAGER}/{}", env!("CARGO_PKG_VERSION"));
-                let client = ocm_runtime::client(&self.client, &user_agent)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let client = ocm_runtime::client(&self.client, &user_agent).await?;
                 Ok(Source::Kube(KubeSource::new(client, selector, filter)))
             }
         }
+    }
+}
+
+/// Why a command could not start or stopped; printed as `resource-usage-agent: <this>`.
+#[derive(Debug, Error)]
+enum AgentError {
+    #[error("--node-selector: {0:?} is not key=value")]
+    NotKeyValue(String),
+    #[error("--node-selector: {0}")]
+    NodeSelector(#[source] SelectorError),
+    #[error("cannot read this machine: {0}")]
+    Host(#[source] sysinfo::Error),
+    #[error(transparent)]
+    Bounds(#[from] BoundsError),
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// Boxed: the provider's flag errors are large, and every result carries the largest.
+    #[error(transparent)]
+    Provider(Box<CliError>),
+    #[error(transparent)]
+    Compute(#[from] ProviderError),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    App(#[from] AppError),
+}
+
+impl From<CliError> for AgentError {
+    fn from(e: CliError) -> Self {
+        Self::Provider(Box::new(e))
     }
 }
 
@@ -211,23 +241,19 @@ fn main() -> ExitCode {
                 Command::Print(args) => print(*args).await,
             }
         };
-        app::block_on(work.map_err(Box::<dyn Error>::from), Drain::Wait)
+        app::block_on(work, Drain::Wait)
     })
 }
 
-async fn run(args: RunArgs) -> Result<(), String> {
-    ocm_runtime::logging::init(&args.provider.log).map_err(|e| e.to_string())?;
+async fn run(args: RunArgs) -> Result<(), AgentError> {
+    ocm_runtime::logging::init(&args.provider.log)?;
     // Flags first: a bad setting is reported before any connection is tried.
-    args.provider
-        .settings(&args.score_name, MANAGER)
-        .map_err(|e| e.to_string())?;
+    args.provider.settings(&args.score_name, MANAGER)?;
     let bounds = args.source.bounds()?;
     let source = args.source.source().await?;
     let lease = if args.health_lease {
         let user_agent = format!("{MANAGER}/{}", env!("CARGO_PKG_VERSION"));
-        let client = ocm_runtime::client(&args.source.client, &user_agent)
-            .await
-            .map_err(|e| e.to_string())?;
+        let client = ocm_runtime::client(&args.source.client, &user_agent).await?;
         Some((
             client,
             LeaseSettings {
@@ -249,19 +275,16 @@ async fn run(args: RunArgs) -> Result<(), String> {
         lease,
         prometheus_client::registry::Registry::default(),
     )
-    .await
-    .map_err(|e| e.to_string())
+    .await?;
+    Ok(())
 }
 
-async fn print(args: PrintArgs) -> Result<(), String> {
+async fn print(args: PrintArgs) -> Result<(), AgentError> {
     let bounds = args.source.bounds()?;
     let source = args.source.source().await?;
     let mut provider = ResourceUsage::new(&args.cluster_name, source, bounds);
-    let free = provider
-        .free_when_ready(Duration::from_secs(60))
-        .await
-        .map_err(|e| e.to_string())?;
-    let computed = provider.compute().await.map_err(|e| e.to_string())?;
+    let free = provider.free_when_ready(Duration::from_secs(60)).await?;
+    let computed = provider.compute().await?;
     let scores: BTreeMap<&str, BTreeMap<&str, i32>> = computed
         .iter()
         .filter_map(|(cluster, outcome)| match outcome {
@@ -280,9 +303,6 @@ async fn print(args: PrintArgs) -> Result<(), String> {
         })
         .collect();
     let out = serde_json::json!({ "free": free, "scores": scores });
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
-    );
+    println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
 }

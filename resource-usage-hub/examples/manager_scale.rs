@@ -47,7 +47,7 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     clusters: usize,
     /// The steady window: RSS sampled, writes counted.
-    #[arg(long, default_value = "30s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = ocm_runtime::flags::parse_duration)]
     steady: Duration,
     /// Use target/release/resource-usage-hub as it is.
     #[arg(long)]

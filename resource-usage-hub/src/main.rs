@@ -1,21 +1,24 @@
 //! `resource-usage-hub`: the hub side of the resource-usage score provider.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use ocm_runtime::app::{self, App, AppArgs, Drain};
+use ocm_runtime::app::{self, App, AppArgs, AppError, Drain};
+use ocm_runtime::client::ClientError;
+use ocm_runtime::client::follow::FollowError;
 use std::path::PathBuf;
+use thiserror::Error;
 
+use ocm_api::score::BoundsError;
 use ocm_api::score::resource_usage::{Bounds, Resource};
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
-use resource_usage_hub::manager::controller::{self, Handle, Leader, Options};
+use resource_usage_hub::manager::controller::{self, Handle, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;
-use resource_usage_hub::scorer::prom::{PromClient, PromSettings, ThanosParams};
+use resource_usage_hub::scorer::prom::{PromClient, PromError, PromSettings, ThanosParams};
 use resource_usage_hub::scorer::provider::{Normalise, PromScorer, ScorerMetrics, ScorerSettings};
-use resource_usage_hub::scorer::queries::Queries;
+use resource_usage_hub::scorer::queries::{Queries, QueriesError};
 
 /// The hub side of the resource-usage score provider.
 #[derive(Parser)]
@@ -59,7 +62,7 @@ struct ScorerArgs {
     #[arg(long = "prometheus-header", value_parser = parse_header)]
     prometheus_headers: Vec<(String, String)>,
     /// Per query attempt.
-    #[arg(long, env = "PROMETHEUS_TIMEOUT", default_value = "30s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "PROMETHEUS_TIMEOUT", default_value = "30s", value_parser = ocm_runtime::flags::parse_duration)]
     prometheus_timeout: Duration,
     /// Attempts per query (backoff in between) before the compute fails.
     #[arg(long, env = "PROMETHEUS_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=10))]
@@ -91,10 +94,10 @@ struct ScorerArgs {
     /// Lookback of every selector (`last_over_time`); at least twice the push interval, and
     /// at least --max-data-age. Series that ended within it still count (a deleted pod's
     /// requests, a removed node), so keep it no longer than the push interval needs.
-    #[arg(long, env = "QUERY_WINDOW", default_value = "15m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "QUERY_WINDOW", default_value = "15m", value_parser = ocm_runtime::flags::parse_duration)]
     window: Duration,
     /// Resolution of the freshness subquery: a cluster's newest sample is seen to within it.
-    #[arg(long, env = "FRESHNESS_STEP", default_value = "1m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "FRESHNESS_STEP", default_value = "1m", value_parser = ocm_runtime::flags::parse_duration)]
     freshness_step: Duration,
     /// Count the requests of Pending and Running pods only (needs `kube_pod_status_phase`,
     /// which ACM does not forward by default).
@@ -128,7 +131,7 @@ struct ScorerArgs {
     #[arg(long, env = "MEMORY_RANGE", value_parser = score_provider::cli::parse_range)]
     memory_range: Option<(f64, f64)>,
     /// A cluster whose newest sample is older than this is not rated; its scores expire.
-    #[arg(long, env = "MAX_DATA_AGE", default_value = "15m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "MAX_DATA_AGE", default_value = "15m", value_parser = ocm_runtime::flags::parse_duration)]
     max_data_age: Duration,
     /// The AddOnPlacementScore to write; a name of its own keeps it apart from agents'.
     #[arg(long, env = "SCORE_NAME", default_value = RESOURCE_USAGE_SCORE)]
@@ -185,11 +188,46 @@ struct ManagerArgs {
     #[arg(long, env = "MANAGE_CMA", default_value_t = true, action = clap::ArgAction::Set)]
     manage_cma: bool,
     /// A pass at least this often even without events.
-    #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = ocm_runtime::flags::parse_duration)]
     resync_period: Duration,
     /// Events within this long make one pass.
-    #[arg(long, env = "EVENT_DEBOUNCE", default_value = "100ms", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, env = "EVENT_DEBOUNCE", default_value = "100ms", value_parser = ocm_runtime::flags::parse_duration)]
     event_debounce: Duration,
+}
+
+/// Why a command could not start or stopped; printed as `error: <this>`.
+#[derive(Debug, Error)]
+enum HubError {
+    #[error("--agent-image must name an image")]
+    NoAgentImage,
+    #[error(
+        "--max-data-age ({max_data_age:?}) must not exceed --window ({window:?}): older data drops out of the queries before it is seen stale"
+    )]
+    MaxDataAge {
+        max_data_age: Duration,
+        window: Duration,
+    },
+    #[error(transparent)]
+    App(#[from] AppError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+    /// Boxed: the provider's flag errors are large, and every result carries the largest.
+    #[error(transparent)]
+    Provider(Box<score_provider::cli::CliError>),
+    #[error(transparent)]
+    Prom(#[from] PromError),
+    #[error(transparent)]
+    Bounds(#[from] BoundsError),
+    #[error(transparent)]
+    Queries(#[from] QueriesError),
+}
+
+impl From<score_provider::cli::CliError> for HubError {
+    fn from(e: score_provider::cli::CliError) -> Self {
+        Self::Provider(Box::new(e))
+    }
 }
 
 fn main() -> ExitCode {
@@ -199,13 +237,13 @@ fn main() -> ExitCode {
     })
 }
 
-async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
+async fn manager(args: ManagerArgs) -> Result<(), HubError> {
     let mut app = App::start(
         &args.app.log,
         concat!("resource-usage-hub/", env!("CARGO_PKG_VERSION")),
     )?;
     if args.agent_image.trim().is_empty() {
-        return Err("--agent-image must name an image".into());
+        return Err(HubError::NoAgentImage);
     }
     let hub = app.connect(&args.app.client).await?;
     let handle = Handle::new(app.registry());
@@ -218,7 +256,6 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     let leadership = running.elect(&args.app.leader, &hub, &lease)?;
     // The manager's client sends writes only while leading.
     let client = hub.writer(&leadership)?;
-    let leader: Arc<dyn Leader> = Arc::new(leadership.clone());
     // Ready once every watch has listed; until then /readyz names the watches that have not
     // and their last error (a missing CRD). A standby is ready too (it keeps warm stores).
     tokio::spawn(handle.sync.clone().report_to(running.health()));
@@ -241,7 +278,7 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
         settings,
         debounce: args.event_debounce,
         resync: args.resync_period,
-        leader,
+        leadership: leadership.clone(),
     };
     // A replica deposed by another holder exits (client-go's `OnStoppedLeading`) and comes
     // back as a standby when restarted; one that only missed its renewals (the apiserver
@@ -251,7 +288,7 @@ async fn manager(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
+async fn scorer(args: ScorerArgs) -> Result<(), HubError> {
     let user_agent = concat!("resource-usage-hub-scorer/", env!("CARGO_PKG_VERSION"));
     let app = App::start(&args.provider.log, user_agent)?;
     let settings = args.provider.settings(&args.score_name, SCORER)?;
@@ -315,7 +352,7 @@ async fn scorer(args: ScorerArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn prom_scorer(
     args: &ScorerArgs,
     hub: kube::Client,
-) -> Result<(PromScorer, ScorerMetrics), Box<dyn std::error::Error>> {
+) -> Result<(PromScorer, ScorerMetrics), HubError> {
     let prom = PromClient::new(PromSettings {
         url: args.prometheus_url.clone(),
         bearer_token: None,
@@ -339,11 +376,10 @@ fn prom_scorer(
     }
     // A cluster can only be seen stale while its series are still within the window.
     if args.max_data_age > args.window {
-        return Err(format!(
-            "--max-data-age ({:?}) must not exceed --window ({:?}): older data drops out of the queries before it is seen stale",
-            args.max_data_age, args.window
-        )
-        .into());
+        return Err(HubError::MaxDataAge {
+            max_data_age: args.max_data_age,
+            window: args.window,
+        });
     }
     // A compute must end within a period, whatever the query API does.
     let deadline = args.provider.refresh_period.max(Duration::from_secs(5));

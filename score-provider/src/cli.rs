@@ -9,11 +9,12 @@ use ocm_runtime::flags::parse_duration;
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 
-use crate::hub::{HubClient, HubError};
+use crate::hub::HubClient;
 use crate::lease::LeaseSettings;
 use crate::provider::ScoreProvider;
 use crate::runner::{Runner, Settings};
 use crate::writer::WriteSettings;
+use ocm_runtime::client::follow::FollowError;
 
 /// Flags of a score provider.
 #[derive(clap::Args, Clone, Debug)]
@@ -76,7 +77,7 @@ pub enum CliError {
     #[error("--hub-kubeconfig is required: the provider writes to the hub with it")]
     NoHubKubeconfig,
     #[error(transparent)]
-    Hub(#[from] HubError),
+    Hub(#[from] FollowError),
     #[error(transparent)]
     Serve(#[from] ocm_runtime::ServeError),
     #[error(transparent)]

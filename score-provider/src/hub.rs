@@ -17,13 +17,9 @@ use std::task::{Context, Poll};
 use jiff::{SignedDuration, Timestamp};
 use kube::client::ClientBuilder;
 use ocm_runtime::client::ClientError;
-use ocm_runtime::client::follow::KubeconfigClient;
+use ocm_runtime::client::follow::{FollowError, KubeconfigClient};
 use parking_lot::Mutex;
 use tokio::time::Instant;
-
-/// Why the hub kubeconfig could not be followed (`ocm_runtime`'s, under the name this crate
-/// has always given it).
-pub use ocm_runtime::client::follow::FollowError as HubError;
 
 /// A hub client that follows its kubeconfig ([`KubeconfigClient`]), with the hub's clock
 /// read from its responses. Clones share both.
@@ -38,7 +34,7 @@ pub struct HubClient {
 impl HubClient {
     /// Reads `path` (relative certificate, key and token paths are resolved against its
     /// folder, as kubectl does) and builds the client.
-    pub async fn load(path: impl Into<PathBuf>, user_agent: &str) -> Result<Self, HubError> {
+    pub async fn load(path: impl Into<PathBuf>, user_agent: &str) -> Result<Self, FollowError> {
         let clock = HubClock::from_responses();
         let (layer_clock, user_agent) = (clock.clone(), user_agent.to_owned());
         let kubeconfig = KubeconfigClient::load_with(path, move |config| {
@@ -80,7 +76,7 @@ impl HubClient {
     /// Rebuilds the client when the kubeconfig or a file it names changed; `Ok(true)` when it
     /// did. A file caught mid-rotation (unreadable, or a certificate without its key) is an
     /// error and the old client stays: the next check tries again.
-    pub async fn reload_if_changed(&self) -> Result<bool, HubError> {
+    pub async fn reload_if_changed(&self) -> Result<bool, FollowError> {
         self.kubeconfig.reload_if_changed().await
     }
 }

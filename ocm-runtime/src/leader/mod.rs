@@ -29,9 +29,6 @@ pub use leadership::Leadership;
 pub use timings::LeaderTimings;
 pub use write_gate::{NotLeader, WriteGate, WriteGateLayer, is_not_leader};
 
-/// Moved to [`crate::flags::parse_duration`]; kept here while binaries still name it here.
-pub use crate::flags::parse_duration;
-
 /// Flags for leader election.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LeaderArgs {

@@ -76,14 +76,14 @@ pub(crate) async fn wait_scores(
                 .map(|st| st.scores.into_iter().map(|i| (i.name, i.value)).collect())
                 .unwrap_or_default();
             let done = want.iter().all(|(k, v)| now.get(k) == Some(v));
-            *seen.lock().unwrap_or_else(|p| p.into_inner()) = now.clone();
+            *seen.lock() = now.clone();
             return Ok::<_, BoxError>(done.then_some(now));
         }
         Ok(None)
     })
     .await?;
     matched.ok_or_else(|| {
-        let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = seen.lock();
         format!(
             "no matching scores within {limit:?}: want {want:?}, last seen {seen:?}; agent log {}",
             agent.log.display()

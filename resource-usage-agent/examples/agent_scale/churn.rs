@@ -61,7 +61,7 @@ impl Churn {
                         Some(v) => Some((delete_pod(&api, &v).await, v)),
                         None => None,
                     };
-                    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut s = state.lock();
                     if created {
                         s.created += 1;
                         s.live.insert(name, (node, profile));
@@ -82,7 +82,7 @@ impl Churn {
             // Wait for the requests in flight, then delete what is left: back to the fleet the
             // first scores were checked against.
             let _ = permits.acquire_many(16).await;
-            let mut s = std::mem::take(&mut *state.lock().unwrap_or_else(|e| e.into_inner()));
+            let mut s = std::mem::take(&mut *state.lock());
             let left: Vec<String> = s.live.keys().cloned().collect();
             let mut gone = futures::stream::iter(left)
                 .map(|name| async { (delete_pod(&api, &name).await, name) })

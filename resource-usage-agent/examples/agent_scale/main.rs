@@ -34,8 +34,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -43,9 +43,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+// No poisoning: a panicked churn or watch task leaves its state readable for the report.
 use ocm_api::AddOnPlacementScore;
 use ocm_api::score::Normaliser;
 use ocm_api::wellknown::score::{RESOURCE_USAGE_SCORE, names};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use testenv::harness::BoxError;
 use testenv::process::ChildProcess;
@@ -84,22 +86,22 @@ struct Args {
     #[arg(long, default_value_t = 30)]
     namespaces: usize,
     /// The steady window: churn running, RSS sampled every second.
-    #[arg(long, default_value = "60s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = ocm_runtime::flags::parse_duration)]
     steady: Duration,
     /// Pods created (and as many deleted) per second during the steady window.
     #[arg(long, default_value_t = 20.0)]
     churn: f64,
     /// The agent's --refresh-period.
-    #[arg(long, default_value = "10s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = ocm_runtime::flags::parse_duration)]
     refresh_period: Duration,
     /// The agent's --debounce.
-    #[arg(long, default_value = "1s", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = ocm_runtime::flags::parse_duration)]
     debounce: Duration,
     /// Harness requests in flight at once while creating the fleet.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
     /// Give up waiting for the first (and the final) scores after this long.
-    #[arg(long, default_value = "10m", value_parser = ocm_runtime::leader::parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = ocm_runtime::flags::parse_duration)]
     timeout: Duration,
     /// More arguments for `resource-usage-agent run` (repeatable), e.g. `--agent-arg=--hysteresis=5`.
     #[arg(long = "agent-arg", allow_hyphen_values = true)]

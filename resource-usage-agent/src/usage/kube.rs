@@ -2,7 +2,9 @@
 //! feeding a [`UsageIndex`]. Only the compact per-pod data stays in memory, never the Pod
 //! objects (30,000 pods would otherwise take hundreds of MB).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -55,10 +57,10 @@ impl KubeSource {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // Each event is applied under the lock as a whole; a panic there would be a bug in
-        // the index, and its state is still the best we have.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// Each event is applied under the lock as a whole. A lock without poisoning: a panic
+    /// there would be a bug in the index, and its state is still the best we have.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// The watches as one stream of changes. Polling it keeps the index current.

@@ -34,7 +34,7 @@ use ocm_api::addon::v1alpha1::{
 use ocm_api::cluster::v1beta1::{Placement, PlacementDecision};
 use ocm_api::work::v1::ManifestWork;
 use ocm_api::{AddOnPlacementScore, AddOnPlacementScoreStatus};
-use resource_usage_hub::manager::controller::{self, AlwaysLeader, Handle, Options};
+use resource_usage_hub::manager::controller::{self, Handle, Options};
 use resource_usage_hub::manager::plan::{HealthMode, RENDERING_HASH, Settings};
 use resource_usage_hub::manager::registration::{default_groups, default_user};
 use resource_usage_hub::manager::render::AgentTemplate;
@@ -98,7 +98,7 @@ fn start(cp: &ControlPlane, settings: Settings) -> Manager {
         settings,
         debounce: Duration::from_millis(50),
         resync: Duration::from_secs(30),
-        leader: Arc::new(AlwaysLeader),
+        leadership: ocm_runtime::Leadership::always(),
     };
     tokio::spawn(controller::run(client, handle, options, async {
         let _ = rx.await;

@@ -1,16 +1,9 @@
 //! Writes a pass's plan, each write fenced on the objects as the pass saw them.
 
 use ocm_api::addon::v1alpha1::ManagedClusterAddOnStatus;
+use ocm_runtime::write::{ignore_not_found, is_already_exists, preconditioned};
 
 use super::*;
-
-pub(super) fn gone(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-pub(super) fn exists(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
-}
 
 /// What a pass's writes are preconditioned on: the objects as the plan saw them, and our own
 /// writes of them since. A status or spec patch carries the `resourceVersion`, a delete the
@@ -39,15 +32,7 @@ impl<'a> Fence<'a> {
 
     /// Delete only the object of `uid`.
     pub(super) fn delete_params<K: kube::Resource>(uid: Option<&Arc<K>>) -> DeleteParams {
-        DeleteParams {
-            preconditions: uid
-                .and_then(|o| o.meta().uid.clone())
-                .map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-            ..DeleteParams::default()
-        }
+        ocm_runtime::write::delete_params(uid.and_then(|o| o.meta().uid.as_deref()), None)
     }
 }
 
@@ -65,7 +50,7 @@ pub(super) async fn write_plan(
     let mut failed = false;
     let mut fence = Fence::new(snap);
     for action in actions {
-        if !options.leader.is_leader() {
+        if !options.leadership.is_leader() {
             // Lost the lease mid-pass: the new leader plans again from its own view.
             break;
         }
@@ -105,10 +90,10 @@ pub(super) async fn execute(
     match action {
         Action::CreateCma(c) => create_cma(client, &c, fence).await,
         Action::PatchCmaSupportedConfigs(configs) => {
-            let body = json!({
-                "metadata": {"resourceVersion": fence.cma},
-                "spec": {"supportedConfigs": configs},
-            });
+            let body = preconditioned(
+                json!({"spec": {"supportedConfigs": configs}}),
+                fence.cma.as_deref(),
+            );
             Api::<ClusterManagementAddOn>::all(client.clone())
                 .patch(addon, &PatchParams::default(), &Patch::Merge(body))
                 .await
@@ -118,13 +103,15 @@ pub(super) async fn execute(
             install_progressions,
             default_config_references,
         } => {
-            let body = json!({
-                "metadata": {"resourceVersion": fence.cma},
-                "status": {
-                    "installProgressions": install_progressions,
-                    "defaultconfigReferences": default_config_references,
-                },
-            });
+            let body = preconditioned(
+                json!({
+                    "status": {
+                        "installProgressions": install_progressions,
+                        "defaultconfigReferences": default_config_references,
+                    },
+                }),
+                fence.cma.as_deref(),
+            );
             let cmas = Api::<ClusterManagementAddOn>::all(client.clone());
             ignore_gone(
                 cmas.patch_status(addon, &PatchParams::default(), &Patch::Merge(body))
@@ -185,10 +172,7 @@ fn apply() -> PatchParams {
 
 /// A write whose object is gone has nothing left to do.
 fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        Err(e) if gone(&e) => Ok(()),
-        other => other.map(drop),
-    }
+    ignore_not_found(r).map(drop)
 }
 
 async fn create_cma(
@@ -200,7 +184,7 @@ async fn create_cma(
         .create(&PostParams::default(), c)
         .await
     {
-        Err(e) if exists(&e) => Ok(()),
+        Err(e) if is_already_exists(&e) => Ok(()),
         r => r.map(|c| fence.wrote_cma(&c)),
     }
 }
@@ -211,7 +195,7 @@ async fn create_mca(client: &Client, m: &ManagedClusterAddOn) -> Result<(), kube
         .create(&PostParams::default(), m)
         .await
     {
-        Err(e) if exists(&e) => Ok(()),
+        Err(e) if is_already_exists(&e) => Ok(()),
         r => r.map(drop),
     }
 }
@@ -231,10 +215,10 @@ async fn patch_mca_status(
         // Merge patch keeps absent keys: clear a config that is no longer used.
         o.insert("configReferences".into(), serde_json::Value::Null);
     }
-    let patch = Patch::Merge(json!({
-        "metadata": {"resourceVersion": resource_version},
-        "status": body,
-    }));
+    let patch = Patch::Merge(preconditioned(
+        json!({"status": body}),
+        resource_version.as_deref(),
+    ));
     let mcas = Api::<ManagedClusterAddOn>::namespaced(client.clone(), cluster);
     ignore_gone(
         mcas.patch_status(addon, &PatchParams::default(), &patch)
@@ -255,10 +239,10 @@ async fn approve_csr(
         ..Default::default()
     };
     tracing::info!(csr = %name, "approving the add-on agent's certificate request");
-    let patch = Patch::Merge(json!({
-        "metadata": {"resourceVersion": resource_version},
-        "status": {"conditions": [condition]},
-    }));
+    let patch = Patch::Merge(preconditioned(
+        json!({"status": {"conditions": [condition]}}),
+        resource_version.as_deref(),
+    ));
     let csrs = Api::<CertificateSigningRequest>::all(client.clone());
     ignore_gone(
         csrs.patch_approval(name, &PatchParams::default(), &patch)

@@ -13,9 +13,7 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
@@ -27,6 +25,7 @@ use ocm_api::addon::v1alpha1::{
 use ocm_api::cluster::v1beta1::{Placement, PlacementDecision};
 use ocm_api::wellknown::label;
 use ocm_api::work::v1::ManifestWork;
+use ocm_runtime::Leadership;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -51,26 +50,6 @@ use watch::{WatchCtx, snapshot};
 /// The field manager of every write.
 pub const MANAGER: &str = "resource-usage-hub";
 
-/// Who may write; asked before every pass.
-pub trait Leader: Send + Sync + 'static {
-    fn is_leader(&self) -> bool;
-}
-
-impl Leader for ocm_runtime::Leadership {
-    fn is_leader(&self) -> bool {
-        ocm_runtime::Leadership::is_leader(self)
-    }
-}
-
-/// Always the leader (leader election off, or a test).
-pub struct AlwaysLeader;
-
-impl Leader for AlwaysLeader {
-    fn is_leader(&self) -> bool {
-        true
-    }
-}
-
 /// How the controller runs.
 pub struct Options {
     pub settings: Settings,
@@ -78,7 +57,9 @@ pub struct Options {
     pub debounce: Duration,
     /// A pass at least this often even without events.
     pub resync: Duration,
-    pub leader: Arc<dyn Leader>,
+    /// Who may write, asked before every pass and every write ([`Leadership::always`]
+    /// without election).
+    pub leadership: Leadership,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -245,7 +226,7 @@ pub async fn run(
             _ = tokio::time::sleep(options.debounce) => {}
         }
         next = options.resync;
-        if !handle.ready() || !options.leader.is_leader() {
+        if !handle.ready() || !options.leadership.is_leader() {
             // Look again soon: becoming ready or the leader is no event of its own.
             next = Duration::from_millis(500);
             continue;

@@ -28,8 +28,7 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use ocm_runtime::events::{EventType, Occurrence};
 use thiserror::Error;
 
 use super::*;
@@ -228,34 +227,24 @@ impl ReportedConfigs {
 }
 
 /// A Warning event (events.k8s.io/v1) regarding the ManagedClusterAddOn, in its namespace,
-/// naming the refused reference, at `now` (its time and the suffix of its name).
-pub fn config_refusal_event(
-    r: &RefusedConfig,
-    controller: &str,
-    instance: &str,
-    now: Timestamp,
-) -> Event {
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", r.addon, now.as_nanosecond())),
-            namespace: Some(r.cluster.clone()),
-            ..ObjectMeta::default()
-        },
-        event_time: Some(MicroTime(now)),
-        type_: Some("Warning".to_owned()),
-        reason: Some(r.refusal.reason().to_owned()),
-        action: Some("NotDeployed".to_owned()),
-        note: Some(r.refusal.to_string()),
-        regarding: Some(ObjectReference {
+/// naming the refused reference, at `now` (its time and, once published, the suffix of its
+/// name).
+pub fn config_refusal_occurrence(r: &RefusedConfig, now: Timestamp) -> Occurrence {
+    Occurrence {
+        namespace: r.cluster.clone(),
+        regarding: ObjectReference {
             api_version: Some("addon.open-cluster-management.io/v1alpha1".to_owned()),
             kind: Some("ManagedClusterAddOn".to_owned()),
             namespace: Some(r.cluster.clone()),
             name: Some(r.addon.clone()),
             uid: Some(r.uid.clone()),
             ..ObjectReference::default()
-        }),
-        reporting_controller: Some(controller.to_owned()),
-        reporting_instance: Some(instance.to_owned()),
-        ..Event::default()
+        },
+        related: None,
+        type_: EventType::Warning,
+        reason: r.refusal.reason().into(),
+        action: "NotDeployed".into(),
+        note: r.refusal.to_string(),
+        at: now,
     }
 }

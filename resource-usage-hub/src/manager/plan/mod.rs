@@ -50,7 +50,7 @@ use super::registration::csr::RefusedCsr;
 use assess::Cluster;
 pub use config_ref::{
     CONFIG_REFERENCE_ACCEPTED, CONFIG_REFERENCE_REFUSED, CONFIG_SPEC_HASH_MISMATCH, ConfigRefusal,
-    RefusedConfig, ReportedConfigs, config_refusal_event,
+    RefusedConfig, ReportedConfigs, config_refusal_occurrence,
 };
 use install::{ADC_RESOURCE, ConfigKey};
 pub use renders::Renders;

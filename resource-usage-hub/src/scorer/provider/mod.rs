@@ -160,7 +160,7 @@ pub struct PromScorer {
     clusters: Store<ManagedCluster>,
     scores: Store<AddOnPlacementScore>,
     /// Taken once by the framework (a Mutex so that the scorer is Sync while it awaits).
-    watches: std::sync::Mutex<Option<BoxStream<'static, Change>>>,
+    watches: parking_lot::Mutex<Option<BoxStream<'static, Change>>>,
     metrics: ScorerMetrics,
     /// The clusters withheld by the last compute: a conflict is logged when it starts and
     /// when it ends, not every period.
@@ -234,7 +234,7 @@ impl PromScorer {
             queries,
             clusters,
             scores,
-            watches: std::sync::Mutex::new(Some(
+            watches: parking_lot::Mutex::new(Some(
                 futures::stream::select(cluster_events, score_events).boxed(),
             )),
             metrics,
@@ -441,8 +441,7 @@ impl ScoreProvider for PromScorer {
     fn changes(&mut self) -> BoxStream<'static, Change> {
         self.watches
             .get_mut()
-            .ok()
-            .and_then(Option::take)
+            .take()
             .unwrap_or_else(|| futures::stream::pending().boxed())
     }
 }

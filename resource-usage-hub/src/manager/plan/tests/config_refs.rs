@@ -2,6 +2,7 @@
 //! deployed only if the hub assigns it to that cluster: the spoke may write that status.
 
 use ocm_api::addon::v1alpha1::CustomizedVariable;
+use ocm_runtime::events::EventType;
 
 use super::*;
 
@@ -304,25 +305,16 @@ fn a_reference_is_deployed_only_if_the_hub_assigns_it() {
                     .expect("condition");
                 assert_eq!(c.message, message, "{name}");
                 // The event names the reference and regards the add-on, in its namespace.
-                let e = config_refusal_event(refused, "manager", "pod", t(0));
-                assert_eq!(e.type_.as_deref(), Some("Warning"), "{name}");
+                let e = config_refusal_occurrence(refused, t(0));
+                assert_eq!(e.type_, EventType::Warning, "{name}");
+                assert_eq!(e.reason, CONFIG_REFERENCE_REFUSED, "{name}");
+                assert_eq!(e.namespace, case.cluster, "{name}");
                 assert_eq!(
-                    e.reason.as_deref(),
-                    Some(CONFIG_REFERENCE_REFUSED),
-                    "{name}"
-                );
-                assert_eq!(
-                    e.metadata.namespace.as_deref(),
-                    Some(case.cluster),
-                    "{name}"
-                );
-                let regarding = e.regarding.expect("regarding");
-                assert_eq!(
-                    (regarding.kind.as_deref(), regarding.name.as_deref()),
+                    (e.regarding.kind.as_deref(), e.regarding.name.as_deref()),
                     (Some("ManagedClusterAddOn"), Some(ADDON)),
                     "{name}"
                 );
-                assert_eq!(e.note.as_deref(), Some(message.as_str()), "{name}");
+                assert_eq!(e.note, message, "{name}");
             }
             Want::HashMismatch => {
                 assert_eq!(

@@ -27,8 +27,7 @@ use jiff::Timestamp;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use ocm_runtime::events::{EventType, Occurrence};
 use thiserror::Error;
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
@@ -474,29 +473,23 @@ impl Reported {
 pub const EVENT_NAMESPACE: &str = "default";
 
 /// A Warning event (events.k8s.io/v1) regarding the refused CSR, naming the reason, at `now`
-/// (its time and the suffix of its name).
-pub fn refusal_event(r: &RefusedCsr, controller: &str, instance: &str, now: Timestamp) -> Event {
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", r.name, now.as_nanosecond())),
-            namespace: Some(EVENT_NAMESPACE.to_owned()),
-            ..ObjectMeta::default()
-        },
-        event_time: Some(MicroTime(now)),
-        type_: Some("Warning".to_owned()),
-        reason: Some(r.refusal.reason().to_owned()),
-        action: Some("NotApproved".to_owned()),
-        note: Some(format!("not approved: {}", r.refusal)),
-        regarding: Some(ObjectReference {
+/// (its time and, once published, the suffix of its name).
+pub fn refusal_occurrence(r: &RefusedCsr, now: Timestamp) -> Occurrence {
+    Occurrence {
+        namespace: EVENT_NAMESPACE.to_owned(),
+        regarding: ObjectReference {
             api_version: Some("certificates.k8s.io/v1".to_owned()),
             kind: Some("CertificateSigningRequest".to_owned()),
             name: Some(r.name.clone()),
             uid: Some(r.uid.clone()),
             ..ObjectReference::default()
-        }),
-        reporting_controller: Some(controller.to_owned()),
-        reporting_instance: Some(instance.to_owned()),
-        ..Event::default()
+        },
+        related: None,
+        type_: EventType::Warning,
+        reason: r.refusal.reason().into(),
+        action: "NotApproved".into(),
+        note: format!("not approved: {}", r.refusal),
+        at: now,
     }
 }
 

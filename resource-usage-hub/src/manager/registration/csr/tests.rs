@@ -458,19 +458,13 @@ fn each_refusal_is_reported_once_and_forgotten_when_gone() {
     assert_eq!(reported.fresh(&pass).len(), 2);
 
     let now = Timestamp::from_second(1_800_000_000).unwrap();
-    let event = refusal_event(&pass[0], "resource-usage-hub", "pod-1", now);
-    assert_eq!(event.event_time.map(|t| t.0), Some(now));
-    assert_eq!(
-        event.metadata.name.as_deref(),
-        Some(format!("csr-a.{:x}", now.as_nanosecond()).as_str())
-    );
-    assert_eq!(event.reason.as_deref(), Some("MissingLabels"));
-    assert_eq!(event.type_.as_deref(), Some("Warning"));
-    assert_eq!(
-        event.regarding.and_then(|o| o.name).as_deref(),
-        Some("csr-a")
-    );
-    assert!(event.note.is_some_and(|n| n.contains("not labelled")));
+    let event = refusal_occurrence(&pass[0], now);
+    assert_eq!(event.at, now);
+    assert_eq!(event.namespace, EVENT_NAMESPACE);
+    assert_eq!(event.reason, "MissingLabels");
+    assert_eq!(event.type_, EventType::Warning);
+    assert_eq!(event.regarding.name.as_deref(), Some("csr-a"));
+    assert!(event.note.contains("not labelled"));
 }
 
 /// A DER element with any identifier octet (definite lengths up to 65535).
