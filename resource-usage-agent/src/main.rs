@@ -11,9 +11,8 @@ use ocm_api::score::BoundsError;
 use ocm_api::score::resource_usage::{Bounds, Resource};
 use ocm_api::selector::{Selector, SelectorError};
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
-use ocm_runtime::app::{self, AppError, Drain};
+use ocm_runtime::app::{self, App, AppError, Drain};
 use ocm_runtime::client::ClientError;
-use ocm_runtime::logging::LogError;
 use resource_usage_agent::usage::host::HostSource;
 use resource_usage_agent::usage::index::NodeFilter;
 use resource_usage_agent::usage::kube::KubeSource;
@@ -212,8 +211,6 @@ enum AgentError {
     #[error(transparent)]
     Bounds(#[from] BoundsError),
     #[error(transparent)]
-    Log(#[from] LogError),
-    #[error(transparent)]
     Client(#[from] ClientError),
     /// Boxed: the provider's flag errors are large, and every result carries the largest.
     #[error(transparent)]
@@ -246,13 +243,14 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: RunArgs) -> Result<(), AgentError> {
-    ocm_runtime::logging::init(&args.provider.log)?;
+    let user_agent = format!("{MANAGER}/{}", env!("CARGO_PKG_VERSION"));
+    // The one startup path: logging, then the stop signal, before anything can take long.
+    let app = App::start(&args.provider.log, &user_agent)?;
     // Flags first: a bad setting is reported before any connection is tried.
     args.provider.settings(&args.score_name, MANAGER)?;
     let bounds = args.source.bounds()?;
     let source = args.source.source().await?;
     let lease = if args.health_lease {
-        let user_agent = format!("{MANAGER}/{}", env!("CARGO_PKG_VERSION"));
         let client = ocm_runtime::client(&args.source.client, &user_agent).await?;
         Some((
             client,
@@ -268,12 +266,12 @@ async fn run(args: RunArgs) -> Result<(), AgentError> {
     let provider = ResourceUsage::new(&args.cluster_name, source, bounds);
     tracing::info!(cluster = %args.cluster_name, "resource-usage agent starting");
     score_provider::serve(
+        app,
         provider,
         &args.provider,
         &args.score_name,
         MANAGER,
         lease,
-        prometheus_client::registry::Registry::default(),
     )
     .await?;
     Ok(())

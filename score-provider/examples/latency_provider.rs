@@ -121,7 +121,7 @@ async fn run(args: Args) -> Result<(), CliError> {
         targets: args.targets,
         max_latency: args.max_latency,
     };
-    score_provider::cli::serve_app(
+    score_provider::cli::serve(
         app,
         provider,
         &args.provider,

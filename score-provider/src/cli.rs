@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use ocm_runtime::app::{App, AppError};
 use ocm_runtime::flags::parse_duration;
-use prometheus_client::registry::Registry;
 use thiserror::Error;
 
 use crate::hub::HubClient;
@@ -132,44 +131,23 @@ impl ProviderArgs {
     }
 }
 
-/// Runs `provider` as `args` say until SIGTERM or Ctrl-C: loads the hub kubeconfig, serves
-/// `/metrics`, `/healthz` and `/readyz`, waits for the hub while it cannot be reached
-/// ([`ocm_runtime::app::Running::wait_for_hub`]), renews `lease` when given, and refreshes the
-/// scores object `score_name`. `manager` names the writes (field manager, user agent, label).
-/// Logging must be set up by the caller (see [`ocm_runtime::logging::init`]); [`serve_app`]
-/// is the same on an [`App`] the caller started (which sets up logging).
-pub async fn serve<P: ScoreProvider>(
-    provider: P,
-    args: &ProviderArgs,
-    score_name: &str,
-    manager: &str,
-    lease: Option<(kube::Client, LeaseSettings)>,
-    registry: Registry,
-) -> Result<(), CliError> {
-    let settings = args.settings(score_name, manager)?;
-    let user_agent = format!("{manager}/{}", env!("CARGO_PKG_VERSION"));
-    let path = args
-        .hub_kubeconfig
-        .as_ref()
-        .ok_or(CliError::NoHubKubeconfig)?;
-    let hub = HubClient::load(path, &user_agent).await?;
-    let app = App::new(user_agent).with_registry(registry);
-    run(app, hub, provider, settings, args, lease).await
-}
-
-/// [`serve`] on `app`, started by the caller the way every binary starts
-/// ([`App::start`]: logging from `args.log`, the stop signal), with the metrics it registered
-/// on [`App::registry`]; `app`'s user agent names the hub client. The checks of `args` come
-/// first: a bad setting is reported before any connection is tried.
+/// Runs `provider` as `args` say until SIGTERM or Ctrl-C, on `app`, which the caller started the
+/// way every binary starts ([`App::start`]: logging from `args.log`, the stop signal), with the
+/// metrics it registered on [`App::registry`]: loads the hub kubeconfig (`app`'s user agent
+/// names the hub client), serves `/metrics`, `/healthz` and `/readyz`, waits for the hub while
+/// it cannot be reached ([`ocm_runtime::app::Running::wait_for_hub`]), renews `lease` when
+/// given, and refreshes the scores object `score_name`. `manager` names the writes (field
+/// manager, label). The checks of `args` come first: a bad setting is reported before any
+/// connection is tried.
 ///
 /// ```no_run
 /// # use score_provider::{cli::{self, CliError, ProviderArgs}, ScoreProvider};
 /// # async fn f(provider: impl ScoreProvider, args: ProviderArgs) -> Result<(), CliError> {
 /// let app = ocm_runtime::app::App::start(&args.log, "my-provider/0.1.0")?;
-/// cli::serve_app(app, provider, &args, "my-score", "my-provider", None).await
+/// cli::serve(app, provider, &args, "my-score", "my-provider", None).await
 /// # }
 /// ```
-pub async fn serve_app<P: ScoreProvider>(
+pub async fn serve<P: ScoreProvider>(
     app: App,
     provider: P,
     args: &ProviderArgs,
@@ -186,7 +164,7 @@ pub async fn serve_app<P: ScoreProvider>(
     run(app, hub, provider, settings, args, lease).await
 }
 
-/// What [`serve`] and [`serve_app`] do once the hub client is loaded.
+/// What [`serve`] does once the hub client is loaded.
 async fn run<P: ScoreProvider>(
     app: App,
     hub: HubClient,

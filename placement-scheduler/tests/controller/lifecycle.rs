@@ -378,7 +378,7 @@ async fn a_far_future_valid_until_stops_counting_at_the_bound() {
         .set_max_score_validity(MaxScoreValidity(Some(jiff::SignedDuration::from_secs(5))));
     let names = hub.clusters(&["c0", "c1"], json!({})).await;
     let victim = &names[1];
-    // The agent's hub identity and permission, as addon-manifests/hub/role.yaml grants them.
+    // The agent's hub identity and permission, as the chart's files/agent-hub-rbac.yaml grants them.
     let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(hub.client.clone());
     ns_api
         .create(
