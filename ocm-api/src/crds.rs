@@ -12,7 +12,16 @@ use crate::{
     PlacementDecision,
 };
 
-/// The CRDs of every kind in this crate, in a stable order.
+/// The CRDs of this project's own kinds (no upstream counterpart), in a stable order. The same
+/// zero-default clean-up applies: a Go client reads them too.
+pub fn ours() -> Vec<CustomResourceDefinition> {
+    [crate::scoring::ScoreDefinition::crd()]
+        .into_iter()
+        .map(with_upstream_defaults)
+        .collect()
+}
+
+/// The CRDs of every upstream OCM kind in this crate, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
     [
         ManagedCluster::crd(),

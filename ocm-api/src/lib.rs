@@ -14,6 +14,7 @@ mod null;
 pub mod quantity;
 pub mod schema;
 pub mod score;
+pub mod scoring;
 pub mod selector;
 pub mod wellknown;
 pub mod work;

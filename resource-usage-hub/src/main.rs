@@ -16,9 +16,9 @@ use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
 use resource_usage_hub::manager::controller::{self, Handle, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;
-use resource_usage_hub::scorer::prom::{PromClient, PromError, PromSettings, ThanosParams};
 use resource_usage_hub::scorer::provider::{Normalise, PromScorer, ScorerMetrics, ScorerSettings};
 use resource_usage_hub::scorer::queries::{Queries, QueriesError};
+use score_provider::prom::{PromClient, PromError, PromSettings, ThanosParams};
 
 /// The hub side of the resource-usage score provider.
 #[derive(Parser)]
@@ -434,7 +434,7 @@ mod tests {
         };
         assert_eq!(
             args.prometheus_max_response_size,
-            resource_usage_hub::scorer::prom::DEFAULT_MAX_RESPONSE_BYTES
+            score_provider::prom::DEFAULT_MAX_RESPONSE_BYTES
         );
         // Partial answers accepted, replicas merged: one dead store never blinds the fleet.
         assert!(args.thanos_params && args.thanos_dedup && args.thanos_partial_response);

@@ -20,9 +20,11 @@
 //! third-party provider in a few dozen lines.
 
 pub mod cli;
+pub mod definition;
 pub mod hub;
 pub mod lease;
 pub mod metrics;
+pub mod prom;
 pub mod provider;
 pub mod runner;
 pub mod writer;

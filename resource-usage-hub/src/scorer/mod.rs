@@ -2,6 +2,5 @@
 //! compatible query API (a Thanos Querier), with no agent on the clusters. One more provider
 //! on the score-provider framework, which writes, renews and expires the scores.
 
-pub mod prom;
 pub mod provider;
 pub mod queries;

@@ -19,8 +19,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use score_provider::{Change, Computed, Outcome, ProviderError, ScoreProvider, Scores};
 
-use super::prom::{PromClient, PromError, Sample, named_in};
 use super::queries::{Assembled, ClusterData, Dropped, Metric, Queries, Query, assemble};
+use score_provider::prom::{PromClient, PromError, Sample, named_in};
 
 /// How scores are normalised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -64,7 +64,7 @@ pub struct MetricLabels {
 pub struct FailureLabels {
     /// [`Metric::name`].
     pub metric: &'static str,
-    /// One of [`super::prom::FAILURE_REASONS`].
+    /// One of [`score_provider::prom::FAILURE_REASONS`].
     pub reason: &'static str,
 }
 
@@ -74,7 +74,7 @@ pub struct DroppedLabels {
     pub reason: &'static str,
 }
 
-/// The flag that sets [`super::prom::PromSettings::max_response_bytes`], named in the log.
+/// The flag that sets [`score_provider::prom::PromSettings::max_response_bytes`], named in the log.
 pub const MAX_RESPONSE_FLAG: &str = "--prometheus-max-response-size";
 
 /// The condition reason of a cluster whose series disagree.

@@ -20,7 +20,7 @@ use std::fmt;
 
 use thiserror::Error;
 
-use super::prom::Sample;
+use score_provider::prom::Sample;
 
 /// The label `count_values` writes each distinct value into: a series that carries it claims
 /// that value (its sample value is how many series made the claim).

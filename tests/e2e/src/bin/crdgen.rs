@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// Print the CRDs of every OCM kind this project defines, generated from its Rust types.
+/// Print the CRDs of every OCM kind this project defines (and of its own kinds), generated from its Rust types.
 #[derive(Parser)]
 #[command(name = "crdgen", version)]
 struct Cli {
@@ -17,6 +17,7 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut crds = ocm_api::crds::all();
+    crds.extend(ocm_api::crds::ours());
     if !cli.kinds.is_empty() {
         let unknown: Vec<&String> = cli
             .kinds
