@@ -112,7 +112,8 @@ fn limits_are_capped_by_the_evaluator() {
 
 #[test]
 fn invalid_definitions_name_the_field() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut ScoreDefinitionSpec)>, &str)> = vec![
+    type Change = Box<dyn Fn(&mut ScoreDefinitionSpec)>;
+    let cases: Vec<(&str, Change, &str)> = vec![
         (
             "period",
             Box::new(|s| s.refresh_period = Some("soon".into())),
