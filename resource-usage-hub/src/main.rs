@@ -10,14 +10,18 @@ use ocm_runtime::client::follow::FollowError;
 use std::path::PathBuf;
 use thiserror::Error;
 
-use ocm_api::score::BoundsError;
-use ocm_api::score::resource_usage::{Bounds, Resource};
+use std::sync::Arc;
+
+use ocm_api::selector::Selector;
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
 use resource_usage_hub::manager::controller::{self, Handle, Options};
 use resource_usage_hub::manager::plan::{HealthMode, Settings};
 use resource_usage_hub::manager::render::AgentTemplate;
-use resource_usage_hub::scorer::provider::{Normalise, PromScorer, ScorerMetrics, ScorerSettings};
-use resource_usage_hub::scorer::queries::{Queries, QueriesError};
+use resource_usage_hub::scorer::admit::Policy;
+use resource_usage_hub::scorer::fleet::Fleet;
+use resource_usage_hub::scorer::metrics::ScorerMetrics;
+use resource_usage_hub::scorer::supervisor::{Supervisor, parse_selector};
+use score_provider::definition::Caps;
 use score_provider::prom::{PromClient, PromError, PromSettings, ThanosParams};
 
 /// The hub side of the resource-usage score provider.
@@ -85,57 +89,32 @@ struct ScorerArgs {
     /// one dead store fails every query and no cluster is renewed.
     #[arg(long, env = "THANOS_PARTIAL_RESPONSE", default_value_t = true, action = clap::ArgAction::Set)]
     thanos_partial_response: bool,
-    /// The series label that holds the ManagedCluster's name. Trust follows whoever sets it:
-    /// prefer one the hub side sets from the sender's authenticated identity (Thanos Receive's
-    /// tenant label); one the spoke sets lets a spoke speak for another cluster (its series
-    /// that disagree with the victim's withhold the victim's scores).
+    /// The series label that holds the ManagedCluster's name, filled into every definition's
+    /// expressions for `{{LABEL}}`. Trust follows whoever sets it: prefer one the hub side sets
+    /// from the sender's authenticated identity (Thanos Receive's tenant label); one the spoke
+    /// sets lets a spoke speak for another cluster (its series that disagree with the
+    /// victim's withhold the victim's scores).
     #[arg(long, env = "CLUSTER_LABEL", default_value = "cluster")]
     cluster_label: String,
-    /// Lookback of every selector (`last_over_time`); at least twice the push interval, and
-    /// at least --max-data-age. Series that ended within it still count (a deleted pod's
-    /// requests, a removed node), so keep it no longer than the push interval needs.
-    #[arg(long, env = "QUERY_WINDOW", default_value = "15m", value_parser = ocm_runtime::flags::parse_duration)]
-    window: Duration,
-    /// Resolution of the freshness subquery: a cluster's newest sample is seen to within it.
-    #[arg(long, env = "FRESHNESS_STEP", default_value = "1m", value_parser = ocm_runtime::flags::parse_duration)]
-    freshness_step: Duration,
-    /// Count the requests of Pending and Running pods only (needs `kube_pod_status_phase`,
-    /// which ACM does not forward by default).
-    #[arg(long, env = "ACTIVE_PODS_ONLY")]
-    active_pods_only: bool,
-    /// Override a query (by cluster label and node; `{{LABEL}}`, `{{WINDOW}}` are filled in).
-    #[arg(long)]
-    query_cpu_allocatable: Option<String>,
-    #[arg(long)]
-    query_cpu_requests: Option<String>,
-    #[arg(long)]
-    query_memory_allocatable: Option<String>,
-    #[arg(long)]
-    query_memory_requests: Option<String>,
-    /// Override the freshness query (by cluster label: Unix seconds of the newest sample).
-    #[arg(long)]
-    query_freshness: Option<String>,
-    /// Usage-based headroom by cluster label, a fraction in [0, 1]; written as `cpuHeadroom`.
-    #[arg(long)]
-    cpu_headroom_query: Option<String>,
-    /// Written as `memHeadroom`.
-    #[arg(long)]
-    memory_headroom_query: Option<String>,
-    /// `absolute` (between the ranges below, as the agent) or `fleet` (min/max across clusters).
-    #[arg(long, env = "NORMALISE", value_enum, default_value_t = Normalise::Absolute)]
-    normalise: Normalise,
-    /// Free CPU (cores) range for absolute normalisation.
-    #[arg(long, env = "CPU_RANGE", value_parser = score_provider::cli::parse_range)]
-    cpu_range: Option<(f64, f64)>,
-    /// Free memory range for absolute normalisation.
-    #[arg(long, env = "MEMORY_RANGE", value_parser = score_provider::cli::parse_range)]
-    memory_range: Option<(f64, f64)>,
-    /// A cluster whose newest sample is older than this is not rated; its scores expire.
-    #[arg(long, env = "MAX_DATA_AGE", default_value = "15m", value_parser = ocm_runtime::flags::parse_duration)]
-    max_data_age: Duration,
-    /// The AddOnPlacementScore to write; a name of its own keeps it apart from agents'.
-    #[arg(long, env = "SCORE_NAME", default_value = RESOURCE_USAGE_SCORE)]
-    score_name: String,
+    /// Evaluate only the ScoreDefinitions with these labels (`key=value,...`), e.g. one scorer
+    /// per query API. Empty: every `Hub` definition.
+    #[arg(long, env = "DEFINITION_SELECTOR", default_value = "", value_parser = parse_selector)]
+    definition_selector: Selector,
+    /// The most definitions evaluated (oldest first); the others say `TooManyDefinitions`. It
+    /// also bounds the `definition` label of the scorer's metrics.
+    #[arg(long, env = "MAX_DEFINITIONS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    max_definitions: u32,
+    /// The most series one query of a definition may answer (a definition's
+    /// `limits.maxSeries` may ask for less); more fails that definition alone.
+    #[arg(long, env = "DEFINITION_MAX_SERIES", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    definition_max_series: u32,
+    /// The longest a definition's queries may take, retries included (a definition's
+    /// `limits.queryTimeout` may ask for less).
+    #[arg(long, env = "DEFINITION_QUERY_TIMEOUT", default_value = "30s", value_parser = ocm_runtime::flags::parse_duration)]
+    definition_query_timeout: Duration,
+    /// The shortest refresh period a definition gets (one asking for less is run this often).
+    #[arg(long, env = "DEFINITION_MIN_PERIOD", default_value = "10s", value_parser = ocm_runtime::flags::parse_duration)]
+    definition_min_period: Duration,
 }
 
 /// The scorer's field manager and `managed-by` label.
@@ -201,12 +180,9 @@ enum HubError {
     #[error("--agent-image must name an image")]
     NoAgentImage,
     #[error(
-        "--max-data-age ({max_data_age:?}) must not exceed --window ({window:?}): older data drops out of the queries before it is seen stale"
+        "--cluster-label {0:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not reserved)"
     )]
-    MaxDataAge {
-        max_data_age: Duration,
-        window: Duration,
-    },
+    Label(String),
     #[error(transparent)]
     App(#[from] AppError),
     #[error(transparent)]
@@ -218,10 +194,6 @@ enum HubError {
     Provider(Box<score_provider::cli::CliError>),
     #[error(transparent)]
     Prom(#[from] PromError),
-    #[error(transparent)]
-    Bounds(#[from] BoundsError),
-    #[error(transparent)]
-    Queries(#[from] QueriesError),
 }
 
 impl From<score_provider::cli::CliError> for HubError {
@@ -291,7 +263,9 @@ async fn manager(args: ManagerArgs) -> Result<(), HubError> {
 async fn scorer(args: ScorerArgs) -> Result<(), HubError> {
     let user_agent = concat!("resource-usage-hub-scorer/", env!("CARGO_PKG_VERSION"));
     let app = App::start(&args.provider.log, user_agent)?;
-    let settings = args.provider.settings(&args.score_name, SCORER)?;
+    // The shared flags' checks; each definition brings its own period and validity.
+    let base = args.provider.settings(RESOURCE_USAGE_SCORE, SCORER)?;
+    check_label(&args.cluster_label)?;
     // The elector gets a client of its own, outside the writes' rate limit, so that renewals
     // never queue behind a round's writes (a kubeconfig-following hub client has no limit).
     let (hub, elector_client, server) = match &args.provider.hub_kubeconfig {
@@ -316,12 +290,24 @@ async fn scorer(args: ScorerArgs) -> Result<(), HubError> {
             )
         }
     };
-    let provider = prom_scorer(&args, hub.client())?;
-    let runner = score_provider::Runner::new(provider.0, hub.clone(), settings);
-    // The runner keeps the health: it knows when its rounds stall.
-    let mut app = app.with_health(runner.health());
-    runner.metrics().register(app.registry());
-    provider.1.register(app.registry());
+    let prom = prom_client(&args)?;
+    let policy = Policy {
+        label: args.cluster_label.clone(),
+        caps: Caps {
+            max_series: args.definition_max_series as usize,
+            query_timeout: args.definition_query_timeout,
+            min_period: args.definition_min_period,
+            default_period: args.provider.refresh_period,
+            default_valid_for: args.provider.score_ttl,
+        },
+        max_definitions: args.max_definitions as usize,
+    };
+    let metrics = ScorerMetrics::default();
+    let runner_metrics = score_provider::metrics::Metrics::default();
+    let mut app = app;
+    metrics.register(app.registry());
+    runner_metrics.register(app.registry());
+    let health = app.health();
     let running = app.serve(&args.provider.serve).await?;
     // Probes answer (not ready) while the hub cannot be reached; the stop signal ends the wait.
     let Ok(()) = running.wait_for_hub(&elector_client, &server).await else {
@@ -329,18 +315,27 @@ async fn scorer(args: ScorerArgs) -> Result<(), HubError> {
     };
 
     // Only the leader queries and writes. A replica that loses the lease drops its pass at
-    // once (racing the runner) and exits, to come back as a standby, as client-go controllers
-    // do. The Lease is released only after the runner stopped, so a standby never writes
-    // alongside.
+    // once (racing the runners) and exits, to come back as a standby, as client-go
+    // controllers do. The Lease is released only after the runners stopped, so a standby
+    // never writes alongside.
     let shutdown = running.shutdown();
+    let selector = args.definition_selector.clone();
     let work = |leadership: Option<ocm_runtime::Leadership>| async move {
-        tracing::info!(url = %args.prometheus_url, score = %args.score_name, "hub scorer running");
-        // The runner also checks before its writes and drops them the moment the lease ends.
-        let runner = match leadership {
-            Some(l) => runner.with_leadership(l),
-            None => runner,
+        tracing::info!(url = %args.prometheus_url, label = %args.cluster_label, "hub scorer running");
+        let fleet = Arc::new(Fleet::start(hub.client()));
+        let supervisor = Supervisor {
+            fleet,
+            hub,
+            prom,
+            policy,
+            selector,
+            base,
+            leadership,
+            metrics,
+            runner_metrics,
+            health,
         };
-        runner.run(shutdown).await;
+        supervisor.run(shutdown).await;
     };
     running
         .run_elected(&args.leader, elector_client, SCORER, work)
@@ -348,12 +343,9 @@ async fn scorer(args: ScorerArgs) -> Result<(), HubError> {
     Ok(())
 }
 
-/// The scorer's provider from its flags, and its metrics (still to register).
-fn prom_scorer(
-    args: &ScorerArgs,
-    hub: kube::Client,
-) -> Result<(PromScorer, ScorerMetrics), HubError> {
-    let prom = PromClient::new(PromSettings {
+/// The query-API client from the scorer's flags.
+fn prom_client(args: &ScorerArgs) -> Result<PromClient, HubError> {
+    Ok(PromClient::new(PromSettings {
         url: args.prometheus_url.clone(),
         bearer_token: None,
         bearer_token_file: args.prometheus_token_file.clone(),
@@ -366,53 +358,21 @@ fn prom_scorer(
             partial_response: args.thanos_partial_response,
         }),
         max_response_bytes: args.prometheus_max_response_size,
-    })?;
-    let mut bounds = Bounds::default();
-    if let Some((lo, hi)) = args.cpu_range {
-        bounds.set(Resource::Cpu, lo, hi)?;
+    })?)
+}
+
+/// The cluster label must be a plain label name: it is pasted into every expression, and the
+/// conflict label would shadow it.
+fn check_label(l: &str) -> Result<(), HubError> {
+    let plain = l
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !plain || l.starts_with("__") || l == score_provider::definition::CONFLICT_LABEL {
+        return Err(HubError::Label(l.to_owned()));
     }
-    if let Some((lo, hi)) = args.memory_range {
-        bounds.set(Resource::Memory, lo, hi)?;
-    }
-    // A cluster can only be seen stale while its series are still within the window.
-    if args.max_data_age > args.window {
-        return Err(HubError::MaxDataAge {
-            max_data_age: args.max_data_age,
-            window: args.window,
-        });
-    }
-    // A compute must end within a period, whatever the query API does.
-    let deadline = args.provider.refresh_period.max(Duration::from_secs(5));
-    let queries = Queries {
-        label: args.cluster_label.clone(),
-        window: format!("{}s", args.window.as_secs().max(1)),
-        step: format!("{}s", args.freshness_step.as_secs().max(1)),
-        active_pods_only: args.active_pods_only,
-        cpu_allocatable: args.query_cpu_allocatable.clone(),
-        cpu_requests: args.query_cpu_requests.clone(),
-        memory_allocatable: args.query_memory_allocatable.clone(),
-        memory_requests: args.query_memory_requests.clone(),
-        freshness: args.query_freshness.clone(),
-        cpu_headroom: args.cpu_headroom_query.clone(),
-        memory_headroom: args.memory_headroom_query.clone(),
-    };
-    queries.check()?;
-    let scorer_metrics = ScorerMetrics::default();
-    let provider = PromScorer::new(
-        prom,
-        ScorerSettings {
-            queries,
-            normalise: args.normalise,
-            bounds,
-            max_data_age: args.max_data_age,
-            score_name: args.score_name.clone(),
-            manager: SCORER.to_owned(),
-            deadline,
-        },
-        hub,
-        scorer_metrics.clone(),
-    );
-    Ok((provider, scorer_metrics))
+    Ok(())
 }
 
 #[cfg(test)]

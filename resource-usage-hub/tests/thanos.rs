@@ -20,7 +20,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::scores::{
-    Process, condition, create_cluster, metric, score_named, scores_of, valid_until,
+    Process, builtin_definition, condition, create_cluster, metric, score_named, scores_of,
+    valid_until,
 };
 use kube::Client;
 use ocm_api::AddOnPlacementScore;
@@ -189,6 +190,7 @@ struct Mode {
 
 impl Mode {
     async fn start(
+        client: &Client,
         mode: EndpointMode,
         score_name: &str,
         endpoints: &[SocketAddr],
@@ -197,6 +199,17 @@ impl Mode {
     ) -> Mode {
         let query = Query::start(endpoints, mode).await.expect("query");
         let port = testenv::free_port();
+        // The chart's built-in definition, refreshed every REFRESH (the flag's default).
+        let definition = builtin_definition(
+            client,
+            score_name,
+            score_name,
+            REFRESH,
+            "1m",
+            "20s",
+            Some(("32", "128Gi")),
+        )
+        .await;
         let scorer = Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
             .args([
                 "scorer",
@@ -204,15 +217,10 @@ impl Mode {
                 &format!("--refresh-period={REFRESH}"),
                 &format!("--score-ttl={TTL}"),
                 "--debounce=200ms",
-                "--window=1m",
-                "--freshness-step=1s",
-                "--max-data-age=20s",
-                "--cpu-range=0:32",
-                "--memory-range=0:128Gi",
                 "--prometheus-timeout=3s",
                 "--prometheus-attempts=1",
             ])
-            .arg(format!("--score-name={score_name}"))
+            .args(&definition)
             .arg(format!("--hub-kubeconfig={}", kubeconfig.display()))
             .arg(format!("--prometheus-url={}", query.url()))
             .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
@@ -461,6 +469,7 @@ async fn one_dead_store_never_blinds_the_fleet() {
     let strict_score = format!("{RESOURCE_USAGE_SCORE}-strict");
     let modes = [
         Mode::start(
+            &client,
             EndpointMode::Endpoint,
             RESOURCE_USAGE_SCORE,
             &endpoints,
@@ -469,6 +478,7 @@ async fn one_dead_store_never_blinds_the_fleet() {
         )
         .await,
         Mode::start(
+            &client,
             EndpointMode::Strict,
             &strict_score,
             &endpoints,

@@ -104,6 +104,13 @@ impl<P: ScoreProvider> Runner<P> {
         self
     }
 
+    /// Count into `metrics` (shared by several runners: a hub scorer runs one per definition
+    /// and registers one set).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

@@ -88,3 +88,36 @@ pub async fn metric(port: u16, name: &str) -> f64 {
     };
     testenv::scrape::total(&body, name)
 }
+
+/// Creates the chart's built-in resource-usage definition for one test: named `name` and
+/// labelled `test=<name>`, refreshed every `refresh` (freshness step 1s), filling `score_name`,
+/// with `Some((cpu, memory))` maxima for Range (else MinMax). Returns the scorer flags that
+/// select it alone.
+pub async fn builtin_definition(
+    client: &Client,
+    name: &str,
+    score_name: &str,
+    refresh: &str,
+    window: &str,
+    max_data_age: &str,
+    range: Option<(&str, &str)>,
+) -> Vec<String> {
+    let def = testenv::scoring::builtin(&testenv::scoring::Builtin {
+        name: name.to_owned(),
+        score_name: score_name.to_owned(),
+        refresh_period: refresh.to_owned(),
+        window: window.to_owned(),
+        step: "1s".into(),
+        max_data_age: max_data_age.to_owned(),
+        range: range.map(|(c, m)| (c.to_owned(), m.to_owned())),
+        labels: vec![("test".into(), name.to_owned())],
+    })
+    .expect("the built-in definition");
+    testenv::scoring::apply(client, &def)
+        .await
+        .expect("apply the definition");
+    vec![
+        format!("--definition-selector=test={name}"),
+        format!("--definition-min-period={refresh}"),
+    ]
+}

@@ -175,21 +175,27 @@ async fn a_300_mb_answer_fails_one_query_and_the_next_round_scores() {
     cp.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     let log = dir.join("scorer.log");
     let port = testenv::free_port();
+    let definition = builtin_definition(
+        &client,
+        &prefix,
+        RESOURCE_USAGE_SCORE,
+        "1s",
+        "1m",
+        "30s",
+        Some(("32", "128Gi")),
+    )
+    .await;
     let scorer = Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
         .args([
             "scorer",
             "--leader-elect=false",
             "--refresh-period=1s",
             "--debounce=200ms",
-            "--window=1m",
-            "--freshness-step=1s",
-            "--max-data-age=30s",
-            "--cpu-range=0:32",
-            "--memory-range=0:128Gi",
             "--prometheus-timeout=5s",
             "--prometheus-attempts=1",
             "--log-format=json",
         ])
+        .args(&definition)
         .arg(format!("--hub-kubeconfig={}", kubeconfig.display()))
         .arg(format!("--prometheus-url={}", api.url()))
         .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))

@@ -27,6 +27,16 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
     apply_rbac(&client, &prefix, sa).await;
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, cp.kubeconfig_as_service_account(&prefix, sa)).expect("kubeconfig");
+    let definition = builtin_definition(
+        &client,
+        &prefix,
+        RESOURCE_USAGE_SCORE,
+        "1s",
+        "1m",
+        "30s",
+        Some(("100", "512Gi")),
+    )
+    .await;
     let spawn = |port: u16| {
         Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
             .args([
@@ -37,10 +47,8 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
                 "--leader-election-retry-period=300ms",
                 "--refresh-period=1s",
                 "--debounce=200ms",
-                "--window=1m",
-                "--freshness-step=1s",
-                "--max-data-age=30s",
             ])
+            .args(&definition)
             .arg(format!("--leader-election-namespace={prefix}"))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--prometheus-url={}", prom.url()))
@@ -121,9 +129,20 @@ async fn one_replica_scores_and_a_lost_lease_ends_it() {
             .await
             .map(drop)
     ));
+    // It reads definitions and writes their status, never what they say.
     assert!(refused(
-        Api::<AddOnPlacementScore>::namespaced(me.clone(), &cluster.name)
-            .delete(RESOURCE_USAGE_SCORE, &Default::default())
+        Api::<ocm_api::scoring::ScoreDefinition>::all(me.clone())
+            .delete(&prefix, &Default::default())
+            .await
+            .map(drop)
+    ));
+    assert!(refused(
+        Api::<ocm_api::scoring::ScoreDefinition>::all(me.clone())
+            .patch(
+                &prefix,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"scoreName": "other"}})),
+            )
             .await
             .map(drop)
     ));

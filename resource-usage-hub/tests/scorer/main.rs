@@ -18,7 +18,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::scores::{Process, condition, create_cluster, metric, score, scores_of, valid_until};
+use common::scores::{
+    Process, builtin_definition, condition, create_cluster, metric, score, scores_of, valid_until,
+};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use ocm_api::score::Normaliser;

@@ -56,20 +56,26 @@ async fn scores_from_fleet_metrics_expire_when_stale_and_survive_an_outage() {
     let kubeconfig = dir.join("kubeconfig");
     cp.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     let port = testenv::free_port();
+    let definition = builtin_definition(
+        &client,
+        &prefix,
+        RESOURCE_USAGE_SCORE,
+        "1s",
+        "1m",
+        "8s",
+        Some(("32", "128Gi")),
+    )
+    .await;
     let scorer = Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
         .args([
             "scorer",
             "--leader-elect=false",
             "--refresh-period=1s",
             "--debounce=200ms",
-            "--window=1m",
-            "--freshness-step=1s",
-            "--max-data-age=8s",
-            "--cpu-range=0:32",
-            "--memory-range=0:128Gi",
             "--prometheus-timeout=2s",
             "--prometheus-attempts=1",
         ])
+        .args(&definition)
         .arg(format!("--hub-kubeconfig={}", kubeconfig.display()))
         .arg(format!("--prometheus-url={}", prom.url()))
         .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
@@ -122,7 +128,8 @@ async fn scores_from_fleet_metrics_expire_when_stale_and_survive_an_outage() {
     let picked = select(&names, &current, 2);
     assert_eq!(picked, [clusters[0].name.clone(), clusters[2].name.clone()]);
 
-    // Cluster b's data stops: after --max-data-age it is no longer renewed and expires.
+    // Cluster b's data stops: after the definition's freshness.maxAge it is no longer renewed
+    // and expires.
     let without_b: String = [&clusters[0], &clusters[2]]
         .iter()
         .map(|c| c.exposition())
@@ -230,19 +237,34 @@ async fn a_forged_series_for_another_cluster_changes_nothing() {
     // Two scorers side by side, each writing a score object of its own: one trusts the
     // spoke-set `cluster` label, the other the hub-set `tenant`.
     const TRUSTED: &str = "tenant-score";
-    let spawn = |port: u16, extra: &[&str]| {
+    // Short windows, so that the forged series leave them soon after they stop.
+    let spoke_flags = builtin_definition(
+        &client,
+        &format!("{prefix}-spoke"),
+        RESOURCE_USAGE_SCORE,
+        "1s",
+        "10s",
+        "8s",
+        Some(("32", "128Gi")),
+    )
+    .await;
+    let hub_flags = builtin_definition(
+        &client,
+        &format!("{prefix}-hub"),
+        TRUSTED,
+        "1s",
+        "10s",
+        "8s",
+        Some(("32", "128Gi")),
+    )
+    .await;
+    let spawn = |port: u16, extra: &[String]| {
         Command::new(env!("CARGO_BIN_EXE_resource-usage-hub"))
             .args([
                 "scorer",
                 "--leader-elect=false",
                 "--refresh-period=1s",
                 "--debounce=200ms",
-                // Short, so that the forged series leave the window soon after they stop.
-                "--window=10s",
-                "--freshness-step=1s",
-                "--max-data-age=8s",
-                "--cpu-range=0:32",
-                "--memory-range=0:128Gi",
                 "--prometheus-timeout=2s",
                 "--prometheus-attempts=1",
             ])
@@ -257,11 +279,10 @@ async fn a_forged_series_for_another_cluster_changes_nothing() {
             .expect("scorer")
     };
     let port = testenv::free_port();
-    let _spoke_label = spawn(port, &[]);
-    let _hub_label = spawn(
-        testenv::free_port(),
-        &["--cluster-label=tenant", &format!("--score-name={TRUSTED}")],
-    );
+    let _spoke_label = spawn(port, &spoke_flags);
+    let mut hub_args = hub_flags.clone();
+    hub_args.push("--cluster-label=tenant".into());
+    let _hub_label = spawn(testenv::free_port(), &hub_args);
     let trusted = |cluster: &str| {
         let api = Api::<AddOnPlacementScore>::namespaced(client.clone(), cluster);
         async move { api.get_opt(TRUSTED).await.ok().flatten() }

@@ -20,15 +20,22 @@ pub struct Caps {
     pub query_timeout: Duration,
     /// The shortest refresh period taken (a definition asking for 1 s is run this often).
     pub min_period: Duration,
+    /// The refresh period of a definition that names none.
+    pub default_period: Duration,
+    /// The validity of a definition that names none (`None`: three refresh periods).
+    pub default_valid_for: Option<Duration>,
 }
 
 impl Default for Caps {
-    /// 10,000 series (a fleet of that many clusters), 30 s, 10 s.
+    /// 10,000 series (a fleet of that many clusters), 30 s, at most every 10 s, every 60 s
+    /// unless said, valid for three periods.
     fn default() -> Self {
         Self {
             max_series: 10_000,
             query_timeout: Duration::from_secs(30),
             min_period: Duration::from_secs(10),
+            default_period: Duration::from_secs(60),
+            default_valid_for: None,
         }
     }
 }
@@ -113,12 +120,15 @@ pub fn compile(
     }
     let period = match &spec.refresh_period {
         Some(p) => duration("refreshPeriod", p)?,
-        None => Duration::from_secs(60),
+        None => caps.default_period,
     }
     .max(caps.min_period);
     let valid_for = match &spec.valid_for {
         Some(v) => duration("validFor", v)?,
-        None => period * 3,
+        None => caps
+            .default_valid_for
+            .filter(|v| *v >= period)
+            .unwrap_or(period * 3),
     };
     if valid_for < period {
         return Err(Invalid::ValidFor { valid_for, period });

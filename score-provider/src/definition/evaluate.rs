@@ -219,12 +219,9 @@ fn claims(
             continue;
         }
         if let Some(kind) = s.labels.get(CONFLICT_LABEL) {
-            out.conflicts.entry(cluster.to_owned()).or_insert_with(|| {
-                format!(
-                    "series under this cluster's name disagree on {:?} (query of {what}); no scores until they agree",
-                    shown(kind)
-                )
-            });
+            out.conflicts
+                .entry(cluster.to_owned())
+                .or_insert_with(|| marked(owner, s, kind, what));
             continue;
         }
         if !s.value.is_finite() {
@@ -259,6 +256,29 @@ fn claims(
         }
     }
     values
+}
+
+/// The message of a series an expression's conflict part marked: what disagrees, and where
+/// (the marker's other labels, e.g. the node; at most three, each cut to [`SHOWN`]: anyone
+/// publishing under this name chose them).
+fn marked(owner: Owner<'_>, s: &Sample, kind: &str, what: &str) -> String {
+    let skip = |k: &str| k == CONFLICT_LABEL || matches!(owner, Owner::Label(l) if l == k);
+    let at: Vec<String> = s
+        .labels
+        .iter()
+        .filter(|(k, _)| !skip(k))
+        .take(3)
+        .map(|(k, v)| format!("{}={:?}", shown(k), shown(v)))
+        .collect();
+    let at = if at.is_empty() {
+        String::new()
+    } else {
+        format!(" at {}", at.join(", "))
+    };
+    format!(
+        "series under this cluster's name disagree on {:?}{at} (query of {what}); no scores until they agree",
+        shown(kind)
+    )
 }
 
 /// One rule's column of values as scores (`None` stays `None`).

@@ -41,6 +41,18 @@ pub enum Failure {
     Timeout(Duration),
 }
 
+/// Every [`Failure::metric_reason`]: the query client's reasons, and the definition's limits.
+pub const FAILURE_REASONS: [&str; 8] = [
+    "setup",
+    "transport",
+    "timeout",
+    "status",
+    "query",
+    "decode",
+    "too_large",
+    "too_many_series",
+];
+
 impl Failure {
     /// The `Evaluated` condition's reason.
     pub fn reason(&self) -> &'static str {

@@ -97,6 +97,7 @@ fn limits_are_capped_by_the_evaluator() {
         max_series: 100,
         query_timeout: Duration::from_secs(10),
         min_period: Duration::from_secs(5),
+        ..Caps::default()
     };
     let d = compile(&s, "cluster", &caps, false).expect("valid");
     assert_eq!(d.period, Duration::from_secs(5), "no faster than the cap");

@@ -31,7 +31,8 @@ pub struct Options {
 }
 
 impl Options {
-    /// Install the upstream OCM CRDs (the pinned `open-cluster-management.io/api` module's).
+    /// Install the upstream OCM CRDs (the pinned `open-cluster-management.io/api` module's) and
+    /// this project's own (the chart's `crds/`: ScoreDefinition), what a hub with it has.
     pub fn with_upstream_crds(mut self) -> Self {
         self.upstream_crds = true;
         self
@@ -282,6 +283,7 @@ impl ControlPlane {
         let mut all = Vec::new();
         if options.upstream_crds {
             all.extend(crds::upstream_crds()?);
+            all.extend(crds::crds_from_dir(&paths::project_crds_dir())?);
         }
         all.extend(options.crds.iter().cloned());
         if !all.is_empty() {

@@ -31,6 +31,7 @@ pub mod process;
 pub mod procfs;
 pub mod prometheus;
 pub mod retry;
+pub mod scoring;
 pub mod scrape;
 pub mod thanos;
 pub mod wait;

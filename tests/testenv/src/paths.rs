@@ -2,7 +2,7 @@
 //! `tests/control-plane/build.sh` fills. The versions come from the same `versions.env` the
 //! script reads, so the two can never disagree.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const VERSIONS_ENV: &str = include_str!("../../control-plane/versions.env");
 
@@ -52,6 +52,17 @@ pub fn etcd() -> PathBuf {
 /// The folder of upstream OCM CRD YAML files (override: `TESTENV_OCM_CRDS`).
 pub fn upstream_crds_dir() -> PathBuf {
     versioned("OCM_API_VERSION", "ocm-api", "crds", "TESTENV_OCM_CRDS")
+}
+
+/// This project's own CRDs, as the chart ships them (`charts/ocm-placement/crds`).
+pub fn project_crds_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/ocm-placement/crds")
+}
+
+/// The chart's built-in ScoreDefinition template (`files/definitions/resource-usage.yaml`).
+pub fn builtin_definition() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../charts/ocm-placement/files/definitions/resource-usage.yaml")
 }
 
 /// `$TMPDIR/<root>/<pid>-<n>`, new and empty, for one process (etcd and kube-apiserver,

@@ -5,19 +5,25 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// Print the CRDs of every OCM kind this project defines (and of its own kinds), generated from its Rust types.
+/// Print the CRDs of every OCM kind this project defines, generated from its Rust types.
 #[derive(Parser)]
 #[command(name = "crdgen", version)]
 struct Cli {
     /// Print only the CRDs whose kind is one of these (for example `Placement`); all when empty.
     #[arg(long = "kind", env = "CRDGEN_KINDS", value_delimiter = ',')]
     kinds: Vec<String>,
+    /// Print this project's own kinds instead (ScoreDefinition: the chart's `crds/`).
+    #[arg(long)]
+    ours: bool,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut crds = ocm_api::crds::all();
-    crds.extend(ocm_api::crds::ours());
+    let mut crds = if cli.ours {
+        ocm_api::crds::ours()
+    } else {
+        ocm_api::crds::all()
+    };
     if !cli.kinds.is_empty() {
         let unknown: Vec<&String> = cli
             .kinds
