@@ -18,9 +18,13 @@ use serde_json::{Value, json};
 async fn control_plane() -> &'static testenv::ControlPlane {
     static CP: tokio::sync::OnceCell<testenv::ControlPlane> = tokio::sync::OnceCell::const_new();
     CP.get_or_init(|| async {
-        testenv::ControlPlane::start(testenv::Options::default().with_crds(ocm_api::crds::all()))
-            .await
-            .expect("start a control plane with the generated CRDs")
+        testenv::ControlPlane::start(
+            testenv::Options::default()
+                .with_crds(ocm_api::crds::all())
+                .with_crds(ocm_api::crds::ours()),
+        )
+        .await
+        .expect("start a control plane with the generated CRDs")
     })
     .await
 }
@@ -187,4 +191,99 @@ async fn generated_crds_reject_what_upstream_rejects() {
         matches!(&err, kube::Error::Api(s) if s.code == 422),
         "got {err:?}"
     );
+}
+
+/// The ScoreDefinition CRD's schema and CEL rules refuse what no evaluator could run, with
+/// messages that say why, and accept the shipped examples and the built-in definition.
+#[tokio::test]
+async fn score_definitions_are_checked_by_the_apiserver() {
+    let cp = control_plane().await;
+    let client = cp.client().unwrap();
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scoring.ocm-placement.io", "v1alpha1", "ScoreDefinition"),
+        "scoredefinitions",
+    );
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let create = |v: Value| {
+        let api = api.clone();
+        async move {
+            let obj: DynamicObject = serde_json::from_value(v).unwrap();
+            api.create(&PostParams::default(), &obj).await
+        }
+    };
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/scoring");
+    for file in ["gpu-memory.yaml", "ingress-latency.yaml"] {
+        let text = std::fs::read_to_string(examples.join(file)).unwrap();
+        let v: Value = serde_saphyr::from_str(&text).unwrap();
+        create(v).await.unwrap_or_else(|e| panic!("{file}: {e}"));
+    }
+    let builtin = testenv::scoring::builtin(&testenv::scoring::Builtin {
+        name: "resource-usage".into(),
+        score_name: "resource-usage-score".into(),
+        refresh_period: "60s".into(),
+        window: "15m".into(),
+        step: "1m".into(),
+        max_data_age: "15m".into(),
+        range: Some(("100".into(), "512Gi".into())),
+        labels: vec![],
+    })
+    .unwrap();
+    create(builtin).await.expect("the built-in definition");
+
+    let def = |name: &str, spec: Value| {
+        json!({"apiVersion": "scoring.ocm-placement.io/v1alpha1", "kind": "ScoreDefinition",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    let rule = |normalise: Value| json!([{"name": "s", "expression": "x", "normalise": normalise}]);
+    let cases = [
+        (
+            "no-max",
+            json!({"scoreName": "s", "scores": rule(json!({"type": "Range", "min": "0"}))}),
+            "Range needs min and max",
+        ),
+        (
+            "minmax-bounds",
+            json!({"scoreName": "s", "scores": rule(json!({"type": "MinMax", "min": "0"}))}),
+            "min and max belong to Range only",
+        ),
+        (
+            "inverted",
+            json!({"scoreName": "s", "scores": rule(json!({"type": "Range", "min": "2Gi", "max": "1Gi"}))}),
+            "min must be less than max",
+        ),
+        (
+            "not-quantity",
+            json!({"scoreName": "s", "scores": rule(json!({"type": "Range", "min": "zero", "max": "1"}))}),
+            "min must be a quantity",
+        ),
+        (
+            "agent-rank",
+            json!({"scoreName": "s", "evaluator": "Agent", "scores": rule(json!({"type": "Rank"}))}),
+            "normalise by Range only",
+        ),
+        (
+            "period",
+            json!({"scoreName": "s", "refreshPeriod": "soon", "scores": rule(json!({"type": "Rank"}))}),
+            "refreshPeriod",
+        ),
+        (
+            "missing",
+            json!({"scoreName": "s", "scores": [{"name": "s", "expression": "x", "normalise": {"type": "Rank"}, "missingValue": 200}]}),
+            "missingValue",
+        ),
+        ("none", json!({"scoreName": "s", "scores": []}), "scores"),
+        (
+            "bad-name",
+            json!({"scoreName": "Not_A_Name", "scores": rule(json!({"type": "Rank"}))}),
+            "scoreName",
+        ),
+    ];
+    for (name, spec, needle) in cases {
+        match create(def(name, spec)).await {
+            Err(kube::Error::Api(s)) if s.code == 422 => {
+                assert!(s.message.contains(needle), "{name}: {}", s.message);
+            }
+            other => panic!("{name}: expected a 422 naming {needle:?}, got {other:?}"),
+        }
+    }
 }

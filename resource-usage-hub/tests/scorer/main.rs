@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod definitions;
 mod hostile;
 mod leader;
 mod scores;
@@ -197,6 +198,18 @@ fn expected(c: &Cluster) -> BTreeMap<String, i32> {
 
 /// Which clusters a placement preferring free CPU selects, by the scheduling core.
 fn select(clusters: &[&str], scores: &[AddOnPlacementScore], n: i32) -> Vec<String> {
+    select_by(clusters, scores, n, RESOURCE_USAGE_SCORE, "cpuAvailable")
+}
+
+/// Which `n` clusters a placement ranking by the AddOn score `resource`/`score` selects, by
+/// the scheduling core.
+fn select_by(
+    clusters: &[&str],
+    scores: &[AddOnPlacementScore],
+    n: i32,
+    resource: &str,
+    score: &str,
+) -> Vec<String> {
     use placement_core::{Snapshot, schedule};
     let mut snap = Snapshot::new();
     for c in clusters {
@@ -223,7 +236,7 @@ fn select(clusters: &[&str], scores: &[AddOnPlacementScore], n: i32) -> Vec<Stri
     let placement: ocm_api::Placement = serde_json::from_value(json!({
         "metadata": {"name": "p", "namespace": "p"},
         "spec": {"numberOfClusters": n, "prioritizerPolicy": {"mode": "Exact", "configurations": [
-            {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": RESOURCE_USAGE_SCORE, "scoreName": "cpuAvailable"}}, "weight": 1}
+            {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": resource, "scoreName": score}}, "weight": 1}
         ]}}
     }))
     .expect("placement");
