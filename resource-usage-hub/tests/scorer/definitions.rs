@@ -232,7 +232,7 @@ async fn definitions_score_change_fail_alone_and_go() {
             .collect();
     assert_eq!(
         select_by(&[&a, &b, &c], &gpu_objects, 1, &gpu_score, "gpuMemFree"),
-        [a.clone()]
+        std::slice::from_ref(&a)
     );
 
     // Status: accepted and scored; the broken one says its query failed, the greedy one its
