@@ -38,6 +38,9 @@ rules:
 - apiGroups: ["cluster.open-cluster-management.io"]
   resources: ["managedclusters", "managedclustersets", "managedclustersetbindings", "placementdecisions", "addonplacementscores"]
   verbs: ["list"]
+- apiGroups: ["scoring.ocm-placement.io"]
+  resources: ["scoredefinitions"]
+  verbs: ["list"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -76,6 +79,17 @@ async fn explain_reports_the_live_decisions_against_now() {
     hub.expect_condition("p", "PlacementSatisfied", "True", "AllDecisionsScheduled")
         .await;
     hub.controller.take().unwrap().stop().await;
+    // Where the scores come from: a ScoreDefinition filling `usage`, which explain names.
+    let definition = format!("{}-usage", hub.ns);
+    testenv::scoring::apply(
+        &hub.client,
+        &json!({"apiVersion": "scoring.ocm-placement.io/v1alpha1", "kind": "ScoreDefinition",
+                "metadata": {"name": definition},
+                "spec": {"scoreName": "usage", "scores": [
+                    {"name": "cpu", "expression": "x", "normalise": {"type": "MinMax"}}]}}),
+    )
+    .await
+    .unwrap();
     hub.score(c, "usage", &[("cpu", 100)], None).await;
     hub.score(b, "usage", &[("cpu", 10)], None).await;
 
@@ -98,6 +112,7 @@ async fn explain_reports_the_live_decisions_against_now() {
         format!("    would remove: {b}\n"),
         format!("    would add: {c}\n"),
         "    condition PlacementSatisfied: live True (AllDecisionsScheduled), now True (AllDecisionsScheduled): agree\n".into(),
+        format!("  score sources:\n    usage: ScoreDefinition {definition}\n"),
     ] {
         assert!(stdout.contains(&line), "{line:?} not in\n{stdout}");
     }

@@ -51,6 +51,23 @@ fn the_built_in_fleet_matches_the_golden_report() {
     assert_eq!(from_disk, out);
 }
 
+/// The ScoreDefinitions example: definitions read as where the scores come from, the scores
+/// the scorer writes, the placements that rank by them, and their decisions.
+#[test]
+fn the_scoring_example_names_its_score_sources() {
+    let (ok, out, err) = simulate(&["examples/scoring"]);
+    assert!(ok, "{err}");
+    golden("scoring.txt", &out);
+    assert!(
+        out.contains("group 0 \"\"  gpu-training-decision-1  [gpu-east]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("gpu-memory: ScoreDefinition gpu-memory"),
+        "{out}"
+    );
+}
+
 #[test]
 fn failover_moves_the_dr_workload_to_the_backup() {
     let pick = |args: &[&str]| {

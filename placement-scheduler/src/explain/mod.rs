@@ -5,10 +5,9 @@
 
 pub mod diff;
 
-use std::collections::BTreeSet;
-
 use kube::api::ListParams;
 use kube::{Api, Client, Resource};
+use ocm_api::scoring::ScoreDefinition;
 use ocm_api::wellknown::label;
 use ocm_api::{
     AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
@@ -152,7 +151,7 @@ pub async fn read_hub(
         );
         objects.decisions.insert(key, d);
     }
-    for resource in score_resources(&placement) {
+    for resource in crate::simulate::score_resources(&placement) {
         let named = ListParams::default().fields(&format!("metadata.name={resource}"));
         let scores = Api::<AddOnPlacementScore>::all(client.clone());
         for s in list(scores, None, &named).await? {
@@ -163,25 +162,24 @@ pub async fn read_hub(
             objects.scores.insert(key, s);
         }
     }
+    // Where the scores come from: documentation only, so a hub without the CRD, or an
+    // identity that may not list them, still gets its explanation.
+    let definitions = Api::<ScoreDefinition>::all(client.clone());
+    match definitions.list(&all).await {
+        Ok(list) => {
+            for d in list.items {
+                objects
+                    .definitions
+                    .insert(d.metadata.name.clone().unwrap_or_default(), d);
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "ScoreDefinitions not listed; score sources unknown"),
+    }
     objects.placements.insert(
         (namespace.to_owned(), name.to_owned()),
         (placement, "the hub".to_owned()),
     );
     Ok(objects)
-}
-
-/// The AddOnPlacementScore names the placement's prioritizers read.
-fn score_resources(p: &Placement) -> BTreeSet<String> {
-    p.spec
-        .prioritizer_policy
-        .configurations
-        .iter()
-        .filter_map(|c| c.score_coordinate.as_ref())
-        // Any AddOn coordinate, whatever its type says: reading one more is harmless.
-        .filter_map(|s| s.add_on.as_ref())
-        .map(|a| a.resource_name.clone())
-        .filter(|r| !r.is_empty())
-        .collect()
 }
 
 /// The live decisions and status of `placement` in `objects` against the computed `outcome`.

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ocm_api::scoring::ScoreDefinition;
 use ocm_api::{
     AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding, Placement,
     PlacementDecision,
@@ -121,9 +122,26 @@ pub struct Objects {
     pub decisions: BTreeMap<(String, String), PlacementDecision>,
     /// Each Placement with the file it came from.
     pub placements: BTreeMap<(String, String), (Placement, String)>,
+    /// ScoreDefinitions: documentation of where scores come from, never scheduled by.
+    pub definitions: BTreeMap<String, ScoreDefinition>,
 }
 
 impl Objects {
+    /// The ScoreDefinition that fills the AddOnPlacementScore `resource` (the oldest, as the
+    /// scorer admits them), by name.
+    pub fn definition_filling(&self, resource: &str) -> Option<String> {
+        self.definitions
+            .values()
+            .filter(|d| d.spec.score_name == resource && d.metadata.deletion_timestamp.is_none())
+            .min_by_key(|d| {
+                (
+                    d.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    d.metadata.name.clone(),
+                )
+            })
+            .and_then(|d| d.metadata.name.clone())
+    }
+
     pub fn load(sources: &[Source]) -> Result<Self, InputError> {
         let mut objects = Objects::default();
         for source in sources {
@@ -203,6 +221,9 @@ impl Objects {
                 p.metadata.namespace = Some(namespaced(&namespace));
                 self.placements
                     .insert((namespaced(&namespace), name), (p, path.to_owned()));
+            }
+            "ScoreDefinition" => {
+                self.definitions.insert(name, decode(v).map_err(bad)?);
             }
             other => return Err(bad(format!("unknown kind {other:?}"))),
         }
@@ -292,12 +313,14 @@ impl Header {
             return Err(header.bad("metadata.name is required".into()));
         }
         let group = api_version.split('/').next().unwrap_or_default();
-        if group != ocm_api::wellknown::group::CLUSTER {
+        let ours = group == ocm_api::scoring::GROUP && header.kind == "ScoreDefinition";
+        if group != ocm_api::wellknown::group::CLUSTER && !ours {
             return Err(header.bad(format!(
                 "unsupported apiVersion {api_version:?}: simulate reads ManagedCluster, ManagedClusterSet, \
                  ManagedClusterSetBinding, Placement, PlacementDecision and AddOnPlacementScore \
-                 (group {})",
-                ocm_api::wellknown::group::CLUSTER
+                 (group {}), and ScoreDefinition ({}) as where scores come from",
+                ocm_api::wellknown::group::CLUSTER,
+                ocm_api::scoring::GROUP
             )));
         }
         Ok(header)

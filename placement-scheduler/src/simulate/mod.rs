@@ -15,6 +15,24 @@ use placement_core::{Limits, Outcome};
 pub struct Simulated {
     pub placement: ocm_api::Placement,
     pub outcome: Option<Outcome>,
+    /// Where the scores it reads come from: each AddOnPlacementScore name its prioritizers
+    /// read, with the ScoreDefinition that fills it, if the input has one. Documentation only:
+    /// scheduling reads the AddOnPlacementScores themselves.
+    pub sources: Vec<(String, Option<String>)>,
+}
+
+/// The AddOnPlacementScore names the placement's prioritizers read.
+pub fn score_resources(p: &ocm_api::Placement) -> std::collections::BTreeSet<String> {
+    p.spec
+        .prioritizer_policy
+        .configurations
+        .iter()
+        .filter_map(|c| c.score_coordinate.as_ref())
+        // Any AddOn coordinate, whatever its type says: reading one more is harmless.
+        .filter_map(|s| s.add_on.as_ref())
+        .map(|a| a.resource_name.clone())
+        .filter(|r| !r.is_empty())
+        .collect()
 }
 
 /// Schedules every Placement of `objects` (optionally only `only`, as `ns/name`) at `now`.
@@ -51,6 +69,13 @@ pub fn run(
         .map(|(_, (p, _))| Simulated {
             placement: p.clone(),
             outcome: (!placement_core::is_disabled(p)).then(|| schedule(p)),
+            sources: score_resources(p)
+                .into_iter()
+                .map(|r| {
+                    let def = objects.definition_filling(&r);
+                    (r, def)
+                })
+                .collect(),
         })
         .collect()
 }

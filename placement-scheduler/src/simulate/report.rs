@@ -33,6 +33,7 @@ pub fn text(results: &[Simulated]) -> String {
             }
             Some(o) => placement_text(&mut out, o),
         }
+        sources_text(&mut out, &r.sources);
     }
     out
 }
@@ -142,6 +143,27 @@ fn spread_text(out: &mut String, o: &Outcome) {
         }
         if let Some(why) = &s.stopped {
             let _ = writeln!(out, "    stopped: {why}");
+        }
+    }
+}
+
+/// Where the AddOn scores come from, when a ScoreDefinition fills any of them.
+fn sources_text(out: &mut String, sources: &[(String, Option<String>)]) {
+    if sources.iter().all(|(_, d)| d.is_none()) {
+        return;
+    }
+    let _ = writeln!(out, "  score sources:");
+    for (resource, def) in sources {
+        match def {
+            Some(d) => {
+                let _ = writeln!(out, "    {resource}: ScoreDefinition {d}");
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "    {resource}: no ScoreDefinition (a score provider writes it)"
+                );
+            }
         }
     }
 }

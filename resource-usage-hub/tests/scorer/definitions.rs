@@ -223,6 +223,31 @@ async fn definitions_score_change_fail_alone_and_go() {
         .await;
     }
 
+    // examples/scoring/scores.yaml holds what the scorer writes for these series (its
+    // gpu-east, gpu-west and cpu-only are a, b and c).
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/scoring/scores.yaml"),
+    )
+    .expect("scores.yaml");
+    let list: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
+    let items = list["items"].as_array().expect("items");
+    for (example, live) in [("gpu-east", &a), ("gpu-west", &b), ("cpu-only", &c)] {
+        for item in items
+            .iter()
+            .filter(|i| i["metadata"]["namespace"] == example)
+        {
+            let resource = item["metadata"]["name"].as_str().expect("name");
+            let captured: AddOnPlacementScore =
+                serde_json::from_value(item.clone()).expect("score");
+            let written = named(&client, live, resource).await.expect("written");
+            assert_eq!(
+                scores_of(&captured),
+                scores_of(&written),
+                "{example} {resource}"
+            );
+        }
+    }
+
     // The placement in examples/scoring ranks by free GPU memory: a.
     let gpu_objects: Vec<AddOnPlacementScore> =
         futures::future::join_all([&a, &b, &c].map(|n| named(&client, n, &gpu_score)))
