@@ -145,10 +145,16 @@ pub struct Normalisation {
     pub type_: NormaliseType,
     /// For `Range`: a quantity (`0`, `0.25`, `80Gi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-validations" = [{"message": "min must be a quantity", "rule": "isQuantity(self)"}]))]
+    #[schemars(
+        length(max = 64),
+        extend("x-kubernetes-validations" = [{"message": "min must be a quantity", "rule": "isQuantity(self)"}])
+    )]
     pub min: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-validations" = [{"message": "max must be a quantity", "rule": "isQuantity(self)"}]))]
+    #[schemars(
+        length(max = 64),
+        extend("x-kubernetes-validations" = [{"message": "max must be a quantity", "rule": "isQuantity(self)"}])
+    )]
     pub max: Option<String>,
     /// Which way is better (latency: `LowerIsBetter`).
     #[serde(default)]
