@@ -152,7 +152,9 @@ mod tests {
 
     #[test]
     fn only_valid_agent_definitions_are_shipped_sorted_by_name() {
-        let cases: Vec<(&str, Vec<Arc<ScoreDefinition>>, Vec<&str>)> = vec![
+        // (what, definitions, the names shipped)
+        type Case = (&'static str, Vec<Arc<ScoreDefinition>>, Vec<&'static str>);
+        let cases: Vec<Case> = vec![
             ("none", vec![], vec![]),
             (
                 "valid agent definitions, by name",
