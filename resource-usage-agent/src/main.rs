@@ -1,7 +1,9 @@
 //! `resource-usage-agent`: publishes a managed cluster's free CPU, memory, GPUs and TPUs as the
-//! AddOnPlacementScore `resource-usage-score` in its namespace on the hub.
+//! AddOnPlacementScore `resource-usage-score` in its namespace on the hub, and the scores of
+//! the ScoreDefinitions the add-on manager ships to it, from the cluster's own Prometheus.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -13,6 +15,9 @@ use ocm_api::selector::{Selector, SelectorError};
 use ocm_api::wellknown::score::{RESOURCE_USAGE_ADDON, RESOURCE_USAGE_SCORE};
 use ocm_runtime::app::{self, App, AppError, Drain};
 use ocm_runtime::client::ClientError;
+use resource_usage_agent::definition_metrics::DefinitionMetrics;
+use resource_usage_agent::definition_runners::{DefinitionRunners, Shared};
+use resource_usage_agent::local_prometheus::PrometheusArgs;
 use resource_usage_agent::usage::host::HostSource;
 use resource_usage_agent::usage::index::NodeFilter;
 use resource_usage_agent::usage::kube::KubeSource;
@@ -21,6 +26,7 @@ use score_provider::ProviderError;
 use score_provider::ScoreProvider;
 use score_provider::cli::{CliError, parse_range};
 use score_provider::lease::LeaseSettings;
+use score_provider::prom::PromError;
 use thiserror::Error;
 
 /// The name the agent writes as (field manager, user agent, managed-by label).
@@ -64,6 +70,13 @@ struct RunArgs {
     /// add-on is health-checked another way.
     #[arg(long, env = "HEALTH_LEASE", default_value_t = true, action = clap::ArgAction::Set)]
     health_lease: bool,
+    /// The ScoreDefinitions the add-on manager ships (the ConfigMap `<addon>-definitions`,
+    /// mounted): read again as often as the hub kubeconfig is checked; a missing file is no
+    /// definitions.
+    #[arg(long, env = "DEFINITIONS_FILE", default_value = ocm_api::scoring::shipped::DEFAULT_FILE)]
+    definitions_file: PathBuf,
+    #[command(flatten)]
+    prometheus: PrometheusArgs,
     #[command(flatten)]
     source: SourceArgs,
     #[command(flatten)]
@@ -217,6 +230,8 @@ enum AgentError {
     Provider(Box<CliError>),
     #[error(transparent)]
     Compute(#[from] ProviderError),
+    #[error("--prometheus-url: {0}")]
+    Prometheus(#[source] PromError),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
     #[error(transparent)]
@@ -245,9 +260,10 @@ fn main() -> ExitCode {
 async fn run(args: RunArgs) -> Result<(), AgentError> {
     let user_agent = format!("{MANAGER}/{}", env!("CARGO_PKG_VERSION"));
     // The one startup path: logging, then the stop signal, before anything can take long.
-    let app = App::start(&args.provider.log, &user_agent)?;
+    let mut app = App::start(&args.provider.log, &user_agent)?;
     // Flags first: a bad setting is reported before any connection is tried.
     args.provider.settings(&args.score_name, MANAGER)?;
+    let prom = args.prometheus.client().map_err(AgentError::Prometheus)?;
     let bounds = args.source.bounds()?;
     let source = args.source.source().await?;
     let lease = if args.health_lease {
@@ -264,8 +280,37 @@ async fn run(args: RunArgs) -> Result<(), AgentError> {
         None
     };
     let provider = ResourceUsage::new(&args.cluster_name, source, bounds);
+    // The shipped definitions' runners, beside the built-in provider, on their own hub client
+    // from the same kubeconfig (serve reports a missing one).
+    let definitions = match &args.provider.hub_kubeconfig {
+        Some(path) => {
+            let hub = score_provider::HubClient::load(path, &user_agent)
+                .await
+                .map_err(CliError::from)?;
+            let metrics = DefinitionMetrics::default();
+            metrics.register(app.registry());
+            let shared = Shared {
+                cluster: args.cluster_name.clone(),
+                hub,
+                prom,
+                caps: args.prometheus.caps(),
+                reserved: vec![RESOURCE_USAGE_SCORE.to_owned(), args.score_name.clone()],
+                manager: MANAGER.to_owned(),
+                hysteresis: args.provider.hysteresis,
+                debounce: args.provider.debounce,
+                hub_check_interval: args.provider.hub_kubeconfig_check_interval,
+                metrics,
+            };
+            let runners = DefinitionRunners::new(shared, app.shutdown());
+            Some(tokio::spawn(runners.run(
+                args.definitions_file.clone(),
+                args.provider.hub_kubeconfig_check_interval,
+            )))
+        }
+        None => None,
+    };
     tracing::info!(cluster = %args.cluster_name, "resource-usage agent starting");
-    score_provider::serve(
+    let served = score_provider::serve(
         app,
         provider,
         &args.provider,
@@ -273,7 +318,15 @@ async fn run(args: RunArgs) -> Result<(), AgentError> {
         MANAGER,
         lease,
     )
-    .await?;
+    .await;
+    if let Some(task) = definitions {
+        // Stops at the same signal; an early serve error stops it here.
+        if served.is_err() {
+            task.abort();
+        }
+        let _ = task.await;
+    }
+    served?;
     Ok(())
 }
 

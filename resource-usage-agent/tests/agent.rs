@@ -383,10 +383,26 @@ async fn least_privilege_for_both_identities() {
     .expect("own namespace: status");
     let refused =
         |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
+    // No delete, even of its own scores: a definition the agent stops evaluating leaves its
+    // scores to expire.
+    assert!(refused(
+        own.delete(RESOURCE_USAGE_SCORE, &DeleteParams::default())
+            .await
+            .map(|_| ())
+    ));
     let theirs: Api<ocm_api::AddOnPlacementScore> = Api::namespaced(hub.clone(), &other);
     assert!(refused(
         theirs
             .create(&PostParams::default(), &score)
+            .await
+            .map(|_| ())
+    ));
+    // Nor any other score there, such as one a shipped definition names.
+    let defined: ocm_api::AddOnPlacementScore =
+        serde_json::from_value(json!({ "metadata": { "name": "gpu-memory" } })).expect("score");
+    assert!(refused(
+        theirs
+            .create(&PostParams::default(), &defined)
             .await
             .map(|_| ())
     ));

@@ -25,6 +25,7 @@ fn settings(image: &str) -> Settings {
             addon_name: "resource-usage-collect".into(),
             image: image.into(),
             default_install_namespace: "open-cluster-management-agent-addon".into(),
+            definitions: String::new(),
         },
         health: HealthMode::Work,
         manage_cma: true,

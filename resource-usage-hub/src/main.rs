@@ -240,6 +240,7 @@ async fn manager(args: ManagerArgs) -> Result<(), HubError> {
             addon_name: args.addon_name.clone(),
             image: args.agent_image,
             default_install_namespace: args.agent_install_namespace,
+            definitions: String::new(),
         },
         addon: args.addon_name,
         agent,

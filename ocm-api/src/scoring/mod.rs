@@ -3,8 +3,10 @@
 //! YAML: the hub scorer evaluates it against the fleet's query API, or each cluster's agent
 //! against its own Prometheus.
 
+pub mod shipped;
 pub mod v1alpha1;
 
+pub use shipped::ShippedDefinition;
 pub use v1alpha1::{
     Direction, Evaluator, Freshness, Limits, Normalisation, NormaliseType, ScoreDefinition,
     ScoreDefinitionSpec, ScoreDefinitionStatus, ScoreRule,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use thiserror::Error;
 
 /// `(file, template)` of what runs on the managed cluster, in apply order.
-pub const AGENT: [(&str, &str); 6] = [
+pub const AGENT: [(&str, &str); 7] = [
     (
         "serviceaccount.yaml",
         include_str!("../../../addon-manifests/agent/serviceaccount.yaml"),
@@ -29,6 +29,10 @@ pub const AGENT: [(&str, &str); 6] = [
     (
         "rolebinding.yaml",
         include_str!("../../../addon-manifests/agent/rolebinding.yaml"),
+    ),
+    (
+        "definitions-configmap.yaml",
+        include_str!("../../../addon-manifests/agent/definitions-configmap.yaml"),
     ),
     (
         "deployment.yaml",
@@ -98,6 +102,7 @@ mod tests {
             ("INSTALL_NAMESPACE", "agent-ns"),
             ("CLUSTER_NAME", "cluster1"),
             ("IMAGE", "example.com/agent:1"),
+            ("DEFINITIONS", "\"[]\\n\""),
         ]
         .into_iter()
         .map(|(k, v)| (k, v.to_owned()))
@@ -116,10 +121,12 @@ mod tests {
                 "ClusterRoleBinding",
                 "Role",
                 "RoleBinding",
+                "ConfigMap",
                 "Deployment"
             ]
         );
-        let args = &agent[5]["spec"]["template"]["spec"]["containers"][0]["args"];
+        assert_eq!(agent[5]["data"]["definitions.yaml"], "[]\n");
+        let args = &agent[6]["spec"]["template"]["spec"]["containers"][0]["args"];
         assert!(
             args.as_array()
                 .is_some_and(|a| a.iter().any(|v| v == "--cluster-name=cluster1"))

@@ -2,8 +2,10 @@
 //! functions over a snapshot (no client, no clock: the pass's time is in the snapshot):
 //! `plan` runs one pass over what `render` renders (from the agent's `manifests`), `rollout`
 //! allows, `registration` grants and approves and `health` reports; `controller` watches,
-//! takes the snapshot, feeds the pass and writes what it planned.
+//! takes the snapshot, feeds the pass and writes what it planned. `definitions` ships the
+//! ScoreDefinitions the agents evaluate and sets their status.
 pub mod controller;
+pub mod definitions;
 pub mod health;
 pub mod manifests;
 pub mod plan;

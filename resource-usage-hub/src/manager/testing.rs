@@ -99,6 +99,16 @@ pub fn apply_in_memory(snap: &mut Snapshot, actions: &[Action]) {
                 .ok();
                 snap.csrs[i] = Arc::new(c);
             }
+            Action::PatchDefinitionStatus { name, status, .. } => {
+                let i = snap
+                    .definitions
+                    .iter()
+                    .position(|d| d.metadata.name.as_deref() == Some(name.as_str()))
+                    .expect("the definition");
+                let mut d = snap.definitions[i].as_ref().clone();
+                d.status = Some(*status);
+                snap.definitions[i] = Arc::new(d);
+            }
         }
     }
 }

@@ -107,6 +107,10 @@ pub async fn as_the_manager(
 /// The manager's RBAC (`charts/ocm-placement/files/manager-rbac.yaml`) for `sa` in `ns`, and
 /// the agent's ClusterRole it binds, applied as the chart installs them.
 pub async fn apply_manager_rbac(client: &Client, addon: &str, ns: &str, sa: &str) {
+    // The manager watches ScoreDefinitions (this project's CRD, which the chart installs).
+    testenv::install_crds(client, ocm_api::crds::ours())
+        .await
+        .expect("the ScoreDefinition CRD");
     let text = include_str!("../../../charts/ocm-placement/files/manager-rbac.yaml")
         .replace("{{ADDON}}", addon)
         .replace("{{NAMESPACE}}", ns)

@@ -15,6 +15,7 @@ fn renderings(addon: &str, cluster: &str) -> Vec<(&'static str, Rendered)> {
         addon_name: addon.to_owned(),
         image: IMAGE.to_owned(),
         default_install_namespace: AGENT_NS.to_owned(),
+        definitions: String::new(),
     };
     let full: AddOnDeploymentConfigSpec = serde_json::from_value(json!({
         "agentInstallNamespace": "custom-agents",

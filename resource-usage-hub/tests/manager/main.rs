@@ -11,6 +11,7 @@ mod admission;
 mod agent;
 mod binary;
 mod config_refs;
+mod definitions;
 mod install;
 mod registration;
 mod rollout;
@@ -83,6 +84,7 @@ fn settings(addon: &str) -> Settings {
             addon_name: addon.to_owned(),
             image: IMAGE.to_owned(),
             default_install_namespace: AGENT_NS.to_owned(),
+            definitions: String::new(),
         },
         health: HealthMode::Work,
         manage_cma: true,
@@ -100,9 +102,16 @@ fn start(cp: &ControlPlane, settings: Settings) -> Manager {
         resync: Duration::from_secs(30),
         leadership: ocm_runtime::Leadership::always(),
     };
-    tokio::spawn(controller::run(client, handle, options, async {
-        let _ = rx.await;
-    }));
+    tokio::spawn(async move {
+        // The manager watches ScoreDefinitions (this project's CRD, not upstream's).
+        testenv::install_crds(&client, ocm_api::crds::ours())
+            .await
+            .expect("the ScoreDefinition CRD");
+        controller::run(client, handle, options, async {
+            let _ = rx.await;
+        })
+        .await;
+    });
     Manager {
         stop: Some(tx),
         registry: Arc::new(registry),
@@ -391,8 +400,11 @@ fn unstamped(mut spec: Value, hash: &str) -> Value {
 
 /// The rendering hash a golden file was stamped with.
 fn golden_hash(spec: &Value) -> String {
-    spec["workload"]["manifests"][5]["metadata"]["annotations"][RENDERING_HASH]
-        .as_str()
+    spec["workload"]["manifests"]
+        .as_array()
+        .and_then(|m| m.iter().find(|o| o["kind"] == "Deployment"))
+        .map(|d| &d["metadata"]["annotations"][RENDERING_HASH])
+        .and_then(Value::as_str)
         .expect("golden hash")
         .to_owned()
 }

@@ -10,6 +10,9 @@ use super::*;
 async fn started_before_the_hub_the_manager_waits_for_it() {
     let cp = testenv::shared().await;
     let admin = cp.client().expect("client");
+    testenv::install_crds(&admin, ocm_api::crds::ours())
+        .await
+        .expect("the ScoreDefinition CRD");
     let addon = "late-hub-addon";
     let dir = tempdir("late-hub");
     let port = testenv::free_port();

@@ -1,6 +1,7 @@
 //! Writes a pass's plan, each write fenced on the objects as the pass saw them.
 
 use ocm_api::addon::v1alpha1::ManagedClusterAddOnStatus;
+use ocm_api::scoring::{ScoreDefinition, ScoreDefinitionStatus};
 use ocm_runtime::write::{ignore_not_found, is_already_exists, preconditioned};
 
 use super::*;
@@ -162,6 +163,11 @@ pub(super) async fn execute(
             name,
             resource_version,
         } => approve_csr(client, &name, resource_version).await,
+        Action::PatchDefinitionStatus {
+            name,
+            resource_version,
+            status,
+        } => patch_definition_status(client, &name, resource_version, &status).await,
     }
 }
 
@@ -222,6 +228,31 @@ async fn patch_mca_status(
     let mcas = Api::<ManagedClusterAddOn>::namespaced(client.clone(), cluster);
     ignore_gone(
         mcas.patch_status(addon, &PatchParams::default(), &patch)
+            .await,
+    )
+}
+
+/// An Agent definition's status: `observedGeneration` and `Accepted`, clearing what the hub
+/// scorer may have set while it was a Hub definition (merge patch keeps absent keys).
+async fn patch_definition_status(
+    client: &Client,
+    name: &str,
+    resource_version: Option<String>,
+    status: &ScoreDefinitionStatus,
+) -> Result<(), kube::Error> {
+    let mut body = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
+    if let Some(o) = body.as_object_mut() {
+        for key in ["lastEvaluationTime", "scoredClusters"] {
+            o.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    let patch = Patch::Merge(preconditioned(
+        json!({"status": body}),
+        resource_version.as_deref(),
+    ));
+    let defs = Api::<ScoreDefinition>::all(client.clone());
+    ignore_gone(
+        defs.patch_status(name, &PatchParams::default(), &patch)
             .await,
     )
 }

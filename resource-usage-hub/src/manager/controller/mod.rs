@@ -161,7 +161,7 @@ pub struct Handle {
 }
 
 /// The number of watches; ready when each has listed once.
-const WATCHES: usize = 10;
+const WATCHES: usize = 11;
 
 impl Handle {
     pub fn new(registry: &mut prometheus_client::registry::Registry) -> Self {
@@ -188,6 +188,7 @@ struct Stores {
     roles: Store<Role>,
     bindings: Store<RoleBinding>,
     csrs: Store<CertificateSigningRequest>,
+    definitions: Store<ocm_api::scoring::ScoreDefinition>,
 }
 
 /// Runs the manager until `shutdown` completes.

@@ -163,6 +163,7 @@ pub(super) fn snapshot(
         csrs: stores.csrs.state(),
         errors: errors.clone(),
         deployed_configs: deployed_configs.clone(),
+        definitions: stores.definitions.state(),
         // Whole seconds: the API server keeps condition times to the second, and a pass over
         // an unchanged hub must compare equal to what it wrote.
         // The pass's time, whole seconds (as conditions store it): the planner reads no clock.
@@ -247,6 +248,12 @@ impl WatchCtx {
                 Api::all(client.clone()),
                 by_label,
                 "CertificateSigningRequest",
+            ),
+            definitions: ctx.watch(
+                tasks,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                "ScoreDefinition",
             ),
         }
     }

@@ -25,6 +25,7 @@ use ocm_api::addon::v1alpha1::{
 };
 use ocm_api::cluster::v1beta1::{Placement, PlacementDecision};
 use ocm_api::conditions;
+use ocm_api::scoring::{ScoreDefinition, ScoreDefinitionStatus};
 use ocm_api::wellknown::{addon_condition, annotation, cluster_condition, group, label};
 use ocm_api::work::v1::{ManifestWork, ManifestWorkSpec};
 
@@ -144,6 +145,9 @@ pub struct Snapshot {
     /// the controller): while the addon-manager moves the cluster to another config, the
     /// reference still naming this one, with that spec, is no refusal.
     pub deployed_configs: BTreeMap<String, (ConfigKey, String)>,
+    /// Every ScoreDefinition: the Agent ones are shipped to the agents (in their work) and
+    /// get their status from this manager.
+    pub definitions: Vec<Arc<ScoreDefinition>>,
     /// The pass's time (conditions' transition times, rollout deadlines): the controller's
     /// clock when it took the snapshot.
     pub now: Timestamp,
@@ -180,6 +184,13 @@ pub enum Action {
     DeleteWork {
         cluster: String,
     },
+    /// An Agent ScoreDefinition's status (merge patch of the status subresource, guarded by
+    /// the observed resourceVersion).
+    PatchDefinitionStatus {
+        name: String,
+        resource_version: Option<String>,
+        status: Box<ScoreDefinitionStatus>,
+    },
     /// Guarded by the observed resourceVersion: a CSR that changed since is looked at again.
     ApproveCsr {
         name: String,
@@ -203,6 +214,7 @@ impl Action {
             Action::ApplyWork(_) => "apply_work",
             Action::DeleteWork { .. } => "delete_work",
             Action::ApproveCsr { .. } => "approve_csr",
+            Action::PatchDefinitionStatus { .. } => "patch_definition_status",
         }
     }
 
@@ -248,7 +260,24 @@ pub fn plan(settings: &Settings, snap: &Snapshot) -> Plan {
 
 /// Plans one pass, reusing `renders` from earlier ones.
 pub fn plan_with(settings: &Settings, snap: &Snapshot, renders: &mut Renders) -> Plan {
-    let plan = pass::plan(settings, snap, renders);
+    // The agents' definitions are part of every cluster's rendering (a change is a new
+    // rendering, rolled out like any other).
+    let shipping = super::definitions::ship(&snap.definitions, snap.now);
+    let mut settings = settings.clone();
+    settings.template.definitions = shipping.file;
+    let mut plan = pass::plan(&settings, snap, renders);
     renders.rotate();
+    for (name, status) in shipping.statuses {
+        let resource_version = snap
+            .definitions
+            .iter()
+            .find(|d| d.metadata.name.as_deref() == Some(name.as_str()))
+            .and_then(|d| d.metadata.resource_version.clone());
+        plan.actions.push(Action::PatchDefinitionStatus {
+            name,
+            resource_version,
+            status: Box::new(status),
+        });
+    }
     plan
 }

@@ -40,7 +40,13 @@ pub const ROLLED_OUT: &str = "RolledOut";
 
 /// Template values the manager sets; a customized variable of the same name is ignored, as
 /// upstream's built-in values win over user values.
-const BUILTINS: [&str; 4] = ["ADDON_NAME", "CLUSTER_NAME", "IMAGE", "INSTALL_NAMESPACE"];
+const BUILTINS: [&str; 5] = [
+    "ADDON_NAME",
+    "CLUSTER_NAME",
+    "DEFINITIONS",
+    "IMAGE",
+    "INSTALL_NAMESPACE",
+];
 
 /// The first part of a `containerID`, as the AddOnDeploymentConfig CRD allows it.
 const CONTAINER_ID_RESOURCES: [&str; 8] = [
@@ -60,6 +66,10 @@ pub struct AgentTemplate {
     pub addon_name: String,
     pub image: String,
     pub default_install_namespace: String,
+    /// The agents' ScoreDefinitions file (`definitions.yaml` of the ConfigMap
+    /// `<addon>-definitions`), the same for every cluster: set for each pass from the hub's
+    /// ScoreDefinitions ([`crate::manager::definitions`]); empty renders `[]`.
+    pub definitions: String,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -147,6 +157,16 @@ fn render_templates(
     values.insert("CLUSTER_NAME", cluster.to_owned());
     values.insert("IMAGE", t.image.clone());
     values.insert("INSTALL_NAMESPACE", namespace.clone());
+    // A JSON string is a YAML double-quoted scalar: any text stays one value.
+    let definitions = if t.definitions.is_empty() {
+        "[]\n"
+    } else {
+        t.definitions.as_str()
+    };
+    values.insert(
+        "DEFINITIONS",
+        encode(definitions, "the definitions")?.to_string(),
+    );
 
     let mut objects = manifests::render(templates, &values)?;
     let mut manifest_configs = Vec::new();

@@ -17,6 +17,7 @@ fn settings() -> Settings {
             addon_name: ADDON.into(),
             image: "example.com/agent:1".into(),
             default_install_namespace: "agents".into(),
+            definitions: String::new(),
         },
         health: HealthMode::Work,
         manage_cma: true,

@@ -106,6 +106,7 @@ fn the_adc_namespace_is_the_default_namespace_elsewhere() {
     let via_default = render(
         &AgentTemplate {
             default_install_namespace: "custom-agents".into(),
+            definitions: String::new(),
             ..template()
         },
         "c1",

@@ -109,9 +109,12 @@ fn golden_works_hold_what_the_agent_needs() {
                 "ClusterRoleBinding",
                 "Role",
                 "RoleBinding",
+                "ConfigMap",
                 "Deployment"
             ]
         );
+        // The shipped definitions (none here), mounted where the agent reads them.
+        assert_eq!(manifests[5]["data"]["definitions.yaml"], "[]\n");
         for m in manifests {
             if m["kind"] != "ClusterRole" && m["kind"] != "ClusterRoleBinding" {
                 assert_eq!(m["metadata"]["namespace"], namespace, "{}", m["kind"]);
@@ -120,7 +123,7 @@ fn golden_works_hold_what_the_agent_needs() {
                 assert!(subjects.iter().all(|s| s["namespace"] == namespace));
             }
         }
-        let deployment = &manifests[5];
+        let deployment = &manifests[6];
         let pod = &deployment["spec"]["template"]["spec"];
         let container = &pod["containers"][0];
         assert_eq!(container["image"], image);
@@ -141,7 +144,17 @@ fn golden_works_hold_what_the_agent_needs() {
         assert_eq!(
             pod["volumes"],
             json!([{"name": "hub-kubeconfig",
-                        "secret": {"secretName": "resource-usage-collect-hub-kubeconfig"}}])
+                        "secret": {"secretName": "resource-usage-collect-hub-kubeconfig"}},
+                   {"name": "definitions",
+                        "configMap": {"name": "resource-usage-collect-definitions", "optional": true}}])
+        );
+        assert!(
+            container["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["name"] == "definitions"
+                    && m["mountPath"] == ocm_api::scoring::shipped::MOUNT_DIR)
         );
         assert_eq!(
             spec["manifestConfigs"],

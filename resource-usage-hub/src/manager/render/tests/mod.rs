@@ -26,6 +26,7 @@ fn template() -> AgentTemplate {
         addon_name: "resource-usage-collect".into(),
         image: IMAGE.into(),
         default_install_namespace: DEFAULT_NS.into(),
+        definitions: String::new(),
     }
 }
 
