@@ -73,6 +73,7 @@ impl PrometheusArgs {
             max_series: self.definition_max_series.max(1),
             query_timeout: self.definition_query_timeout,
             min_period: self.definition_min_period,
+            ..Caps::default()
         }
     }
 }
