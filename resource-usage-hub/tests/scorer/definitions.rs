@@ -84,6 +84,25 @@ async fn named(client: &Client, cluster: &str, score: &str) -> Option<AddOnPlace
         .flatten()
 }
 
+/// The README shows the GPU example as it is shipped.
+#[test]
+fn the_readme_shows_the_shipped_gpu_definition() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let section = readme
+        .split("## Scores from your metrics, without code")
+        .nth(1)
+        .expect("the README's ScoreDefinitions section");
+    let block = section
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a yaml block");
+    let file =
+        std::fs::read_to_string(root.join("examples/scoring/gpu-memory.yaml")).expect("example");
+    assert_eq!(block, file);
+}
+
 #[tokio::test]
 async fn definitions_score_change_fail_alone_and_go() {
     let cp = testenv::shared().await;
