@@ -100,12 +100,18 @@ mod tests {
     use super::*;
 
     fn def(name: &str, created: i64, score: &str, evaluator: &str, expr: &str) -> ScoreDefinition {
+        // An agent sees one cluster: Range only.
+        let normalise = if evaluator == "Agent" {
+            serde_json::json!({"type": "Range", "min": "0", "max": "1"})
+        } else {
+            serde_json::json!({"type": "MinMax"})
+        };
         serde_json::from_value(serde_json::json!({
             "apiVersion": "scoring.ocm-placement.io/v1alpha1",
             "kind": "ScoreDefinition",
             "metadata": {"name": name, "creationTimestamp": jiff::Timestamp::from_second(created).expect("time").to_string()},
             "spec": {"scoreName": score, "evaluator": evaluator, "scores": [
-                {"name": "s", "expression": expr, "normalise": {"type": "MinMax"}}
+                {"name": "s", "expression": expr, "normalise": normalise}
             ]}
         }))
         .expect("definition")

@@ -353,3 +353,45 @@ fn an_agent_owns_every_series_of_its_prometheus() {
     ]);
     assert_eq!(reason(&e, "me"), REASON_CONFLICT, "one series per cluster");
 }
+
+/// A query API that accepts and never answers: the definition's own timeout ends the
+/// evaluation (retries included), as `LimitExceeded`, whatever the client's per-attempt one.
+#[tokio::test]
+async fn a_hung_query_api_is_cut_at_the_definitions_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let client = crate::prom::PromClient::new(crate::prom::PromSettings {
+        url: format!("http://{addr}"),
+        bearer_token: None,
+        bearer_token_file: None,
+        ca_file: None,
+        headers: Vec::new(),
+        timeout: Duration::from_secs(60),
+        attempts: 3,
+        thanos: None,
+        max_response_bytes: crate::prom::DEFAULT_MAX_RESPONSE_BYTES,
+    })
+    .expect("client");
+    let mut s = spec(GPU);
+    s.limits = Some(ocm_api::scoring::Limits {
+        query_timeout: Some("300ms".into()),
+        max_series: None,
+    });
+    let d = compile(&s, "cluster", &Caps::default(), false).expect("valid");
+    let e = run_queries(&client, &d).await.expect_err("hung");
+    assert!(
+        matches!(e, Failure::Timeout(t) if t == Duration::from_millis(300)),
+        "{e}"
+    );
+    assert_eq!(e.reason(), ocm_api::scoring::condition::LIMIT_EXCEEDED);
+    assert_eq!(e.metric_reason(), "timeout");
+    hold.abort();
+}
