@@ -298,9 +298,16 @@ async fn definitions_score_change_fail_alone_and_go() {
         condition_of(&d, cond::ACCEPTED).map(|c| c.0),
         Some("True".into())
     );
-    assert_eq!(
-        d.status.as_ref().and_then(|s| s.scored_clusters),
-        Some(3),
+    // Every accepted cluster gets the definition's scores (missingValue for c); other tests
+    // of this binary add clusters of their own.
+    let scored = d
+        .status
+        .as_ref()
+        .and_then(|s| s.scored_clusters)
+        .unwrap_or(0);
+    assert!(scored >= 3, "{message}");
+    assert!(
+        message.starts_with(&format!("scored {scored} of {scored} clusters")),
         "{message}"
     );
     assert_eq!(
