@@ -327,6 +327,11 @@ impl ClosedLabel {
             .unwrap_or(OTHER)
     }
 
+    /// The values of the set.
+    pub fn values(&self) -> &'static [&'static str] {
+        self.0
+    }
+
     /// The most series one label of this set makes: its values and [`OTHER`].
     pub fn bound(&self) -> usize {
         self.0.len() + 1

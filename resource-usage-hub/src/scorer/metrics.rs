@@ -114,7 +114,7 @@ impl ScorerMetrics {
         }
         self.query_seconds.remove(&l);
         self.query_warnings.remove(&l);
-        for reason in score_provider::definition::FAILURE_REASONS {
+        for reason in score_provider::definition::failure_reasons() {
             self.query_errors.remove(&FailureLabels {
                 definition: definition.to_owned(),
                 reason,

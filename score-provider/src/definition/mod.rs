@@ -41,17 +41,18 @@ pub enum Failure {
     Timeout(Duration),
 }
 
-/// Every [`Failure::metric_reason`]: the query client's reasons, and the definition's limits.
-pub const FAILURE_REASONS: [&str; 8] = [
-    "setup",
-    "transport",
-    "timeout",
-    "status",
-    "query",
-    "decode",
-    "too_large",
-    "too_many_series",
-];
+/// The [`Failure::metric_reason`] of an answer over its series limit; the others are the query
+/// client's ([`crate::prom::FAILURE_REASONS`]).
+pub const TOO_MANY_SERIES: &str = "too_many_series";
+
+/// Every [`Failure::metric_reason`].
+pub fn failure_reasons() -> impl Iterator<Item = &'static str> {
+    crate::prom::FAILURE_REASONS
+        .values()
+        .iter()
+        .copied()
+        .chain([TOO_MANY_SERIES])
+}
 
 impl Failure {
     /// The `Evaluated` condition's reason.
@@ -72,7 +73,7 @@ impl Failure {
     pub fn metric_reason(&self) -> &'static str {
         match self {
             Failure::Query { error, .. } => error.reason(),
-            Failure::TooManySeries { .. } => "too_many_series",
+            Failure::TooManySeries { .. } => TOO_MANY_SERIES,
             Failure::Timeout(_) => "timeout",
         }
     }
