@@ -384,8 +384,25 @@ impl Fleet {
         }
     }
 
+    /// Creates the chart's built-in resource-usage ScoreDefinition filled with `def`
+    /// (`testenv::scoring::builtin`), labelled `test=<its name>`, and returns the scorer flags
+    /// that evaluate it alone (`--definition-selector`) at its refresh period
+    /// (`--definition-min-period`): what a test passes to [`Fleet::start_scorer`].
+    pub async fn builtin_definition(
+        &self,
+        mut def: testenv::scoring::Builtin,
+    ) -> Result<Vec<String>, Error> {
+        def.labels = vec![("test".into(), def.name.clone())];
+        testenv::scoring::apply(&self.client, &testenv::scoring::builtin(&def)?).await?;
+        Ok(vec![
+            format!("--definition-selector=test={}", def.name),
+            format!("--definition-min-period={}", def.refresh_period),
+        ])
+    }
+
     /// Starts the metrics-backed hub scorer (`resource-usage-hub scorer`) against
-    /// `prometheus_url`, with leader election as [`Options::leader_elect`] says, and `args`.
+    /// `prometheus_url`, with leader election as [`Options::leader_elect`] says, and `args`
+    /// (among them the flags of [`Fleet::builtin_definition`]).
     pub fn start_scorer(
         &mut self,
         opts: &Options,

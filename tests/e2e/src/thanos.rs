@@ -64,19 +64,28 @@ pub async fn start(fleet: &mut Fleet, opts: &Options) -> Result<ThanosMode, Erro
         .max()
         .unwrap_or(1)
         .max(1);
-    fleet.start_scorer(
-        opts,
-        &query.url(),
-        &[
-            &format!("--refresh-period={}ms", opts.refresh.as_millis()),
-            &format!("--debounce={}ms", opts.debounce.as_millis()),
-            &format!("--cpu-range=0:{biggest}"),
+    // The chart's built-in definition, refreshed as the agents would be.
+    let refresh = format!("{}ms", opts.refresh.as_millis());
+    let definition = fleet
+        .builtin_definition(testenv::scoring::Builtin {
+            name: "fleet-thanos".into(),
+            score_name: ocm_api::wellknown::score::RESOURCE_USAGE_SCORE.into(),
+            refresh_period: refresh.clone(),
             // Short: a removed pod's requests count until they leave the window.
-            "--window=30s",
-            "--freshness-step=2s",
-            "--max-data-age=20s",
-        ],
-    )?;
+            window: "30s".into(),
+            step: "2s".into(),
+            max_data_age: "20s".into(),
+            range: Some((biggest.to_string(), "512Gi".into())),
+            labels: Vec::new(),
+        })
+        .await?;
+    let mut args = vec![
+        format!("--refresh-period={refresh}"),
+        format!("--debounce={}ms", opts.debounce.as_millis()),
+    ];
+    args.extend(definition);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fleet.start_scorer(opts, &query.url(), &args)?;
     Ok(ThanosMode {
         query,
         stores,

@@ -4,7 +4,9 @@
 //! namespace this test uses), with the real `helm`, on a bare hub whose OCM CRDs the chart
 //! installs (`installCRDs=true`): the release then has the current chart's defaults under the
 //! values the user set, the Placements' decisions and the agents' scores stay, no CRD is lost
-//! or recreated, and the current components run under the upgraded RBAC. Its own control
+//! or recreated, and the current components run under the upgraded RBAC. Turning the scorer on
+//! then needs the chart's own CRD (crds/, which helm installs at install only): the upgrade
+//! refuses with the command that applies it, and passes once it is applied. Its own control
 //! plane: the chart's cluster-scoped objects (CRDs, ClusterRoles, the add-on) have fixed names,
 //! and the chart test's hub already has the CRDs.
 
@@ -19,6 +21,7 @@ use e2e::chart::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use ocm_api::scoring::ScoreDefinition;
 use ocm_api::{AddOnPlacementScore, Placement, PlacementDecision};
 use serde_json::{Value, json};
 use testenv::{ControlPlane, eventually};
@@ -408,8 +411,86 @@ async fn upgrades_an_earlier_chart_with_the_readme_command() {
     assert_eq!(score_versions().await, scores_before);
     drop(running);
 
-    // Uninstall keeps the CRDs.
+    // Revision 4: the scorer on. Its built-in ScoreDefinition needs the chart's own CRD, which
+    // helm installs from crds/ at install only: the upgrade refuses, saying how to apply it,
+    // before anything changes; applied as it says, the upgrade creates the definition.
+    let scorer_on = "scorer.enabled=true,scorer.prometheusURL=http://prometheus:9090";
+    let upgrade = strings(&[
+        "upgrade",
+        README_RELEASE,
+        &new_chart,
+        "--namespace",
+        ns,
+        "--reset-then-reuse-values",
+        "--set",
+        scorer_on,
+    ]);
+    let refused = {
+        let (args, kc) = (upgrade.clone(), kc.clone());
+        tokio::task::spawn_blocking(move || {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            testenv::helm::helm_output(&a, Some(&kc))
+        })
+        .await
+        .expect("helm ran")
+        .expect("helm ran")
+    };
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && err.contains("kubectl apply --server-side -f charts/ocm-placement/crds/"),
+        "{err}"
+    );
+    let status = helm(
+        &["status", README_RELEASE, "--namespace", ns, "-o", "json"],
+        &kc,
+    )
+    .await;
+    let status: Value = serde_json::from_slice(&status.stdout).expect("helm status JSON");
+    assert_eq!(
+        status["version"], 3,
+        "the refused upgrade changed nothing: {status}"
+    );
+    let crd = "scoredefinitions.scoring.ocm-placement.io";
+    testenv::apply_yaml(
+        &client,
+        &std::fs::read_to_string(chart_dir().join("crds/scoredefinitions.yaml"))
+            .expect("crds/scoredefinitions.yaml"),
+        "",
+    )
+    .await
+    .expect("apply crds/");
+    let crd_api = Api::<CustomResourceDefinition>::all(client.clone());
+    eventually("the ScoreDefinition CRD established", DEADLINE, || async {
+        let c = crd_api.get_opt(crd).await.ok()??;
+        c.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    helm_on(upgrade, kc.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let definitions = Api::<ScoreDefinition>::all(client.clone());
+    definitions
+        .get("resource-usage")
+        .await
+        .expect("the built-in ScoreDefinition");
+    let crds_after = crds(&client).await;
+
+    // Uninstall keeps the CRDs, and removes the definition.
     helm(&["uninstall", README_RELEASE, "--namespace", ns], &kc).await;
     assert_eq!(crds(&client).await, crds_after);
+    eventually("the definition removed", DEADLINE, || async {
+        definitions
+            .get_opt("resource-usage")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     let _ = std::fs::remove_dir_all(&dir);
 }

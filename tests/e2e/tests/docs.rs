@@ -248,18 +248,11 @@ const METRIC_PREFIXES: &[&str] = &[
 
 /// Names with a metric prefix that are not metrics: the name, the file that defines it
 /// (checked to mention it), and what it is.
-const NOT_METRICS: &[(&str, &str, &str)] = &[
-    (
-        "scorer_value",
-        "resource-usage-hub/src/scorer/queries/mod.rs",
-        "a label of the scorer's queries",
-    ),
-    (
-        "scorer_conflict",
-        "resource-usage-hub/src/scorer/queries/mod.rs",
-        "a label of the scorer's queries",
-    ),
-];
+const NOT_METRICS: &[(&str, &str, &str)] = &[(
+    "scorer_conflict",
+    "score-provider/src/definition/evaluate.rs",
+    "the label of a ScoreDefinition expression's conflict series",
+)];
 
 // ---------------------------------------------------------------------------------------------
 // The repository and its Markdown.

@@ -71,21 +71,27 @@ async fn a_hub_outage_loses_nothing_and_the_gap_is_relisted() {
     let prom = Prometheus::start(&[exporter.addr()], Duration::from_secs(1))
         .await
         .expect("prometheus");
+    // The chart's built-in definition, filling the scorer's own score object.
+    let mut scorer_args: Vec<String> =
+        vec!["--refresh-period=5s".into(), "--score-ttl=180s".into()];
+    scorer_args.extend(
+        fleet
+            .builtin_definition(testenv::scoring::Builtin {
+                name: "outage".into(),
+                score_name: HUB_SCORE.into(),
+                refresh_period: "5s".into(),
+                window: "1m".into(),
+                step: "1s".into(),
+                max_data_age: "30s".into(),
+                range: Some(("32".into(), "128Gi".into())),
+                labels: Vec::new(),
+            })
+            .await
+            .expect("the scorer's definition"),
+    );
+    let scorer_args: Vec<&str> = scorer_args.iter().map(String::as_str).collect();
     fleet
-        .start_scorer(
-            &opts,
-            &prom.url(),
-            &[
-                &format!("--score-name={HUB_SCORE}"),
-                "--refresh-period=5s",
-                "--score-ttl=180s",
-                "--window=1m",
-                "--freshness-step=1s",
-                "--max-data-age=30s",
-                "--cpu-range=0:32",
-                "--memory-range=0:128Gi",
-            ],
-        )
+        .start_scorer(&opts, &prom.url(), &scorer_args)
         .expect("scorer");
 
     // What the Placements select on.
@@ -443,7 +449,7 @@ async fn watch_addons(
 }
 
 /// One schedulable, ready node per cluster with `cores` CPUs and 64 GiB, no pods, as
-/// kube-state-metrics exposes it (the scorer's default queries).
+/// kube-state-metrics exposes it (what the chart's built-in definition reads).
 fn exposition(clusters: &[(&str, u32)]) -> String {
     let mut out = String::new();
     for (c, cores) in clusters {

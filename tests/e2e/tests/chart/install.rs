@@ -127,6 +127,14 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
         .get("open-cluster-management:resource-usage-hub:scorer")
         .await
         .expect("scorer role");
+    // Its built-in ScoreDefinition, the CRD being there (testenv installs crds/ as a hub with
+    // the chart has it).
+    let definitions = Api::<ScoreDefinition>::all(client.clone());
+    let builtin = definitions
+        .get("resource-usage")
+        .await
+        .expect("the built-in ScoreDefinition after the upgrade");
+    assert_eq!(builtin.spec.score_name, "resource-usage-score");
 
     // The binaries run with exactly the chart's arguments, as the chart's service accounts
     // (the RBAC it installed), against this hub: they come up, and the scheduler writes the
@@ -158,6 +166,7 @@ async fn installs_upgrades_and_uninstalls_on_a_hub() {
                 .ok()?
                 .is_none()
             && policies.get_opt(policy).await.ok()?.is_none()
+            && definitions.get_opt("resource-usage").await.ok()?.is_none()
             && policy_bindings.get_opt(policy).await.ok()?.is_none()
             && Api::<Placement>::namespaced(client.clone(), &ns)
                 .list(&Default::default())
@@ -388,14 +397,80 @@ async fn installs_the_crds_when_asked_and_keeps_them() {
     }
 }
 
+/// On a bare apiserver, `helm install` with the scorer installs the chart's own CRD first
+/// (`crds/`) and then its built-in ScoreDefinition, with the release's values; uninstall
+/// removes the definition and keeps the CRD (helm never deletes what crds/ installed).
+#[tokio::test]
+async fn installs_the_scorer_with_its_definition_on_a_bare_hub() {
+    let cp = ControlPlane::start(testenv::Options::default())
+        .await
+        .expect("a bare control plane");
+    let client = cp.client().expect("client");
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let crd = "scoredefinitions.scoring.ocm-placement.io";
+    assert!(crds.get_opt(crd).await.expect("CRDs").is_none());
+    let kc = kubeconfig(&cp, "scorer").await;
+    let ns = "scoring";
+    run(
+        strings(&[
+            "install",
+            "r",
+            &chart(),
+            "--namespace",
+            ns,
+            "--create-namespace",
+            "--set",
+            &registry(),
+            "--set",
+            "manager.enabled=false,scorer.enabled=true,scorer.prometheusURL=http://prometheus:9090",
+            "--set",
+            "scorer.normalise=fleet,scorer.scoreName=hub-usage",
+        ]),
+        kc.clone(),
+    )
+    .await;
+    crds.get(crd).await.expect("the CRD from crds/");
+    let definitions = Api::<ScoreDefinition>::all(client.clone());
+    let d = definitions
+        .get("resource-usage")
+        .await
+        .expect("the built-in ScoreDefinition");
+    assert_eq!(d.spec.score_name, "hub-usage");
+    assert!(
+        d.spec
+            .scores
+            .iter()
+            .all(|s| s.normalise.type_ == ocm_api::scoring::v1alpha1::NormaliseType::MinMax),
+        "{d:?}"
+    );
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .get("resource-usage-hub-scorer")
+        .await
+        .expect("the scorer");
+
+    run(strings(&["uninstall", "r", "--namespace", ns]), kc.clone()).await;
+    eventually("the definition removed", DEADLINE, || async {
+        definitions
+            .get_opt("resource-usage")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    crds.get(crd).await.expect("the CRD kept");
+}
+
 /// Runs the chart's three components with exactly the arguments it renders from the production
 /// values (their extra flags included), as the chart's service accounts, and a resource-usage
 /// agent: they come up, the scheduler schedules the
 /// chart's Placement, and every metric the chart's alerts and dashboard name is one of theirs.
 /// prometheus-client shows a labelled family only once it has a series, so the scene makes
 /// each series real: a cluster for the add-on whose namespace refuses ManifestWorks (a quota
-/// of 0: the manager's write fails), a scorer whose Prometheus does not resolve (its queries
-/// fail), and a scheduler and a manager run as an identity without RBAC (their watches fail).
+/// of 0: the manager's write fails), the chart's scorer against an empty Prometheus (it
+/// evaluates the release's built-in ScoreDefinition: every cluster stale), a second scorer whose
+/// Prometheus does not resolve (its queries fail), and a scheduler and a manager run as an
+/// identity without RBAC (their watches fail).
 async fn run_as_the_chart(cp: &ControlPlane, ns: &str) {
     let client = cp.client().expect("client");
     let cluster = format!("{ns}-c1");
@@ -440,7 +515,16 @@ async fn run_as_the_chart(cp: &ControlPlane, ns: &str) {
         .await
         .expect("the quota's status");
 
-    // The production values: the binaries take their extra flags.
+    // The production values: the binaries take their extra flags. The chart's scorer reads a
+    // real (empty) Prometheus: its evaluations of the release's built-in definition succeed,
+    // which makes its per-definition gauges' series.
+    let exporter = testenv::prometheus::Exporter::start()
+        .await
+        .expect("exporter");
+    let prometheus =
+        testenv::prometheus::Prometheus::start(&[exporter.addr()], Duration::from_secs(1))
+            .await
+            .expect("prometheus");
     let docs = e2e::chart::render(
         &e2e::chart::chart_dir(),
         ns,
@@ -448,7 +532,7 @@ async fn run_as_the_chart(cp: &ControlPlane, ns: &str) {
             "-f",
             &production_values(),
             "--set",
-            "scorer.prometheusURL=http://prometheus.invalid:9090",
+            &format!("scorer.prometheusURL={}", prometheus.url()),
         ],
     )
     .expect("helm template");
@@ -491,6 +575,17 @@ async fn run_as_the_chart(cp: &ControlPlane, ns: &str) {
                 format!("--kubeconfig={admin}"),
                 format!("--cluster-name={cluster}"),
                 format!("--addon-namespace={ns}"),
+            ],
+        ),
+        (
+            "scorer whose Prometheus does not resolve",
+            "resource-usage-hub",
+            vec![
+                "scorer".to_owned(),
+                "--leader-elect=false".to_owned(),
+                "--prometheus-url=http://prometheus.invalid:9090".to_owned(),
+                "--prometheus-attempts=1".to_owned(),
+                format!("--hub-kubeconfig={admin}"),
             ],
         ),
         (
@@ -549,6 +644,7 @@ async fn run_as_the_chart(cp: &ControlPlane, ns: &str) {
         let _ = c.wait();
     }
     drop(running);
+    drop(prometheus);
     assert!(
         missing.is_empty(),
         "named by files/prometheus-rules.yaml or files/grafana-dashboard.json but exported by no binary (scraped: {ports:?}): {missing:?} (where: {named:?})"

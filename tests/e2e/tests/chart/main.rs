@@ -19,6 +19,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use ocm_api::addon::v1alpha1::ClusterManagementAddOn;
+use ocm_api::scoring::ScoreDefinition;
 use ocm_api::{ManagedClusterSetBinding, Placement};
 use serde_json::{Value, json};
 use testenv::{ControlPlane, eventually, helm};

@@ -154,9 +154,26 @@ fn lints_renders_and_checks_its_values() {
         "--prometheus-ca-file=/etc/prometheus-ca/ca.crt",
         "--thanos-dedup=true",
         "--thanos-partial-response=true",
+        "--refresh-period=60s",
+        "--max-definitions=50",
     ] {
         assert!(scorer.iter().any(|x| x == a), "{a} in {scorer:?}");
     }
+    // What the scorer computes is the ScoreDefinitions' (the built-in one rendered below): the
+    // flags of the fixed queries are gone, and every definition is evaluated by default.
+    for gone in [
+        "--window",
+        "--max-data-age",
+        "--normalise",
+        "--score-name",
+        "--definition-selector",
+    ] {
+        assert!(
+            !scorer.iter().any(|x| x.starts_with(gone)),
+            "{gone} in {scorer:?}"
+        );
+    }
+    assert!(kinds(&docs).contains(&("ScoreDefinition".into(), "resource-usage".into())));
     assert!(kinds(&docs).contains(&("Service".into(), "placement-scheduler-debug".into())));
 
     // The debug endpoint without a Secret: HTTPS with a self-signed certificate. Insecure:
@@ -269,6 +286,132 @@ fn lints_renders_and_checks_its_values() {
         .expect("helm ran");
         assert!(!out.status.success(), "{bad} should be refused");
     }
+}
+
+/// The chart's own CRD (`crds/`, which helm installs before the templates) is crdgen's, and with
+/// the scorer on the chart renders its built-in ScoreDefinition `resource-usage`, filled from
+/// the scorer's values; `scorer.builtinDefinition=false` leaves it out and a
+/// `scorer.definitionSelector` reaches the scorer.
+#[test]
+fn renders_the_builtin_score_definition_and_ships_its_crd() {
+    let file = e2e::chart::chart_dir().join("crds/scoredefinitions.yaml");
+    let text = std::fs::read_to_string(&file).expect("crds/scoredefinitions.yaml");
+    assert!(text.starts_with("# "), "the file's comment header");
+    let shipped: Vec<Value> = serde_saphyr::from_multiple::<Value>(&text)
+        .expect("CRD YAML")
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect();
+    let want: Vec<Value> = ocm_api::crds::ours()
+        .iter()
+        .map(|c| serde_json::to_value(c).expect("crd"))
+        .collect();
+    assert_eq!(
+        shipped, want,
+        "charts/ocm-placement/crds/scoredefinitions.yaml is out of date: run tests/e2e/regen-crds.sh"
+    );
+    // `helm template` prints crds/ only when asked; installCRDs is about upstream's kinds.
+    let scorer = "scorer.enabled=true,scorer.prometheusURL=http://p:9090";
+    let docs = render(&["--set", scorer, "--include-crds"]);
+    assert!(
+        kinds(&docs).contains(&(
+            "CustomResourceDefinition".into(),
+            "scoredefinitions.scoring.ocm-placement.io".into()
+        )),
+        "{:?}",
+        kinds(&docs)
+    );
+
+    let definition = |set: &[&str]| -> ocm_api::scoring::ScoreDefinition {
+        let mut args = vec!["--set", scorer];
+        for s in set {
+            args.extend(["--set", s]);
+        }
+        let docs = render(&args);
+        let d = docs
+            .iter()
+            .find(|d| d["kind"] == "ScoreDefinition")
+            .unwrap_or_else(|| panic!("a ScoreDefinition with {set:?}: {:?}", kinds(&docs)));
+        serde_json::from_value(d.clone()).expect("parses as a ScoreDefinition")
+    };
+    let names = |d: &ocm_api::scoring::ScoreDefinition| -> Vec<String> {
+        d.spec.scores.iter().map(|s| s.name.clone()).collect()
+    };
+    use ocm_api::scoring::v1alpha1::NormaliseType;
+
+    // The defaults: absolute ranges 0..100 cores and 0..512Gi.
+    let d = definition(&[]);
+    assert_eq!(d.metadata.name.as_deref(), Some("resource-usage"));
+    assert_eq!(d.spec.score_name, "resource-usage-score");
+    assert_eq!(d.spec.refresh_period.as_deref(), Some("60s"));
+    let freshness = d.spec.freshness.as_ref().expect("freshness");
+    assert_eq!(freshness.max_age, "15m");
+    assert!(freshness.expression.contains("[15m:1m]"), "{freshness:?}");
+    assert_eq!(
+        names(&d),
+        [
+            "cpuAvailable",
+            "cpuClusterAvailable",
+            "cpuNodeAvailable",
+            "memAvailable",
+            "memClusterAvailable",
+            "memNodeAvailable"
+        ]
+    );
+    for s in &d.spec.scores {
+        assert_eq!(s.normalise.type_, NormaliseType::Range, "{}", s.name);
+        assert_eq!(s.normalise.min.as_deref(), Some("0"), "{}", s.name);
+        let max = if s.name.starts_with("cpu") {
+            "100"
+        } else {
+            "512Gi"
+        };
+        assert_eq!(s.normalise.max.as_deref(), Some(max), "{}", s.name);
+        assert!(s.expression.contains("[15m]"), "{}", s.name);
+        // The scorer's trusted cluster label is filled in by the scorer, not the chart.
+        assert!(s.expression.contains("{{LABEL}}"), "{}", s.name);
+    }
+
+    // Each value reaches the definition.
+    let d = definition(&[
+        "scorer.cpuMax=64,scorer.memoryMax=256Gi,scorer.window=10m,scorer.maxDataAge=5m",
+        "scorer.scoreName=hub-usage,scorer.refreshPeriod=30s",
+    ]);
+    assert_eq!(d.spec.score_name, "hub-usage");
+    assert_eq!(d.spec.refresh_period.as_deref(), Some("30s"));
+    assert_eq!(
+        d.spec.freshness.as_ref().map(|f| f.max_age.as_str()),
+        Some("5m")
+    );
+    for s in &d.spec.scores {
+        let max = if s.name.starts_with("cpu") {
+            "64"
+        } else {
+            "256Gi"
+        };
+        assert_eq!(s.normalise.max.as_deref(), Some(max), "{}", s.name);
+        assert!(s.expression.contains("[10m]"), "{}", s.name);
+    }
+    let d = definition(&["scorer.normalise=fleet"]);
+    for s in &d.spec.scores {
+        assert_eq!(s.normalise.type_, NormaliseType::MinMax, "{}", s.name);
+        assert_eq!((&s.normalise.min, &s.normalise.max), (&None, &None));
+    }
+
+    // Without the built-in definition: none, the scorer alone; a selector reaches its flags.
+    let docs = render(&[
+        "--set",
+        scorer,
+        "--set",
+        "scorer.builtinDefinition=false,scorer.definitionSelector=team=a,scorer.maxDefinitions=7",
+    ]);
+    assert!(!docs.iter().any(|d| d["kind"] == "ScoreDefinition"));
+    let args = args_of(&docs, "resource-usage-hub-scorer");
+    for a in ["--definition-selector=team=a", "--max-definitions=7"] {
+        assert!(args.iter().any(|x| x == a), "{a} in {args:?}");
+    }
+    // Without the scorer: no definition.
+    assert!(!render(&[]).iter().any(|d| d["kind"] == "ScoreDefinition"));
 }
 
 /// Without `image.registry` (no images are published) no component renders, and the message
@@ -591,6 +734,34 @@ fn renders_with_the_values_of_an_earlier_chart() {
             "{want:?} in {k:?}"
         );
     }
+    // The scorer's values this chart added take its defaults: every flag has a value, and
+    // the built-in definition is shipped with the default maxima.
+    let scorer = args_of(&docs, "resource-usage-hub-scorer");
+    assert!(
+        scorer.iter().any(|x| x == "--max-definitions=50"),
+        "{scorer:?}"
+    );
+    assert!(!scorer.iter().any(|x| x.ends_with('=')), "{scorer:?}");
+    let definition: ocm_api::scoring::ScoreDefinition = serde_json::from_value(
+        docs.iter()
+            .find(|d| d["kind"] == "ScoreDefinition")
+            .unwrap_or_else(|| panic!("the built-in definition in {k:?}"))
+            .clone(),
+    )
+    .expect("a ScoreDefinition");
+    assert!(
+        definition
+            .spec
+            .scores
+            .iter()
+            .all(|s| s.normalise.max.as_deref()
+                == Some(if s.name.starts_with("cpu") {
+                    "100"
+                } else {
+                    "512Gi"
+                })),
+        "{definition:?}"
+    );
     let rule = docs
         .iter()
         .find(|d| d["kind"] == "PrometheusRule")
