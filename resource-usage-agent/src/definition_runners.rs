@@ -217,6 +217,8 @@ impl DefinitionRunners {
             score_name: compiled.score_name.clone(),
             ttl: compiled.valid_for,
             period: compiled.period,
+            // As seldom as the validity allows (the writer keeps two periods of margin).
+            renew_every: compiled.valid_for,
             hysteresis: s.hysteresis,
             manager: s.manager.clone(),
         });

@@ -798,6 +798,7 @@ async fn a_write_decided_on_a_stale_read_does_not_overwrite_a_newer_status() {
         score_name: RESOURCE_USAGE_SCORE.into(),
         ttl: Duration::from_secs(180),
         period: Duration::from_secs(60),
+        renew_every: Duration::from_secs(60),
         hysteresis: 0,
         manager: "stale-test".into(),
     });
@@ -896,6 +897,7 @@ async fn the_writer_forgets_clusters_that_are_gone() {
         score_name: RESOURCE_USAGE_SCORE.into(),
         ttl: Duration::from_secs(600),
         period: Duration::from_millis(500),
+        renew_every: Duration::from_millis(500),
         hysteresis: 0,
         manager: "churn-test".into(),
     });

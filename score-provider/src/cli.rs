@@ -122,6 +122,7 @@ impl ProviderArgs {
             score_name: score_name.to_owned(),
             ttl,
             period,
+            renew_every: period,
             hysteresis: self.hysteresis,
             manager: manager.to_owned(),
         });

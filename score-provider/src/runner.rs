@@ -516,6 +516,7 @@ mod tests {
             score_name: "s".into(),
             ttl: Duration::from_secs(180),
             period: Duration::from_secs(60),
+            renew_every: Duration::from_secs(60),
             hysteresis: 0,
             manager: "t".into(),
         }))

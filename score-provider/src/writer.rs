@@ -45,11 +45,17 @@ pub struct WriteSettings {
     pub score_name: String,
     /// `validUntil` is set this far ahead at every write.
     pub ttl: Duration,
-    /// The refresh period: `validUntil` is renewed once half a period has passed (by the
-    /// monotonic clock) since it was written, or less than `ttl - period/2` of it is left by
-    /// the hub's clock, so that every periodic refresh renews it and a change-triggered
-    /// recompute in between does not.
+    /// The refresh period: with `renew_every` equal to it, `validUntil` is renewed once half a
+    /// period has passed (by the monotonic clock) since it was written, or less than
+    /// `ttl - period/2` of it is left by the hub's clock, so that every periodic refresh renews
+    /// it and a change-triggered recompute in between does not.
     pub period: Duration,
+    /// How often `validUntil` is renewed when nothing else changed: the period for most
+    /// providers; a longer `ttl` allows more (at most `ttl` minus two periods), so that a
+    /// steady score costs a write per `renew_every`, not per period. The renewal happens at
+    /// the first periodic refresh at least `renew_every - period/2` after the last write, or
+    /// once less than `ttl - renew_every + period/2` is left by the hub's clock.
+    pub renew_every: Duration,
     /// Score moves smaller than this many points are not written (0: every move is).
     pub hysteresis: u32,
     /// Field manager of the writes and `app.kubernetes.io/managed-by` label of the objects.
@@ -367,8 +373,14 @@ fn plan(
         next.scores = scores.clone();
     }
     let ttl = jiff::SignedDuration::try_from(s.ttl).unwrap_or(jiff::SignedDuration::MAX);
-    let renew_below = jiff::SignedDuration::try_from(s.ttl.saturating_sub(s.period / 2))
-        .unwrap_or(jiff::SignedDuration::MAX);
+    // Never less often than each period, never so seldom that two missed refreshes lapse it.
+    let every = s
+        .renew_every
+        .min(s.ttl.saturating_sub(s.period * 2))
+        .max(s.period);
+    let renew_below =
+        jiff::SignedDuration::try_from(s.ttl.saturating_sub(every).saturating_add(s.period / 2))
+            .unwrap_or(jiff::SignedDuration::MAX);
     let renew = known.renew_at.is_some_and(|at| now.mono >= at)
         || known.valid_until.is_none_or(|vu| {
             let left = vu.duration_since(now.hub);
@@ -379,7 +391,7 @@ fn plan(
     }
     let valid_until = valid_until(now.earliest, s.ttl);
     next.valid_until = Some(valid_until);
-    next.renew_at = Some(now.mono + s.period / 2);
+    next.renew_at = Some(now.mono + every.saturating_sub(s.period / 2));
     let items: Vec<serde_json::Value> = next
         .scores
         .iter()
@@ -428,6 +440,7 @@ mod tests {
             score_name: "s".into(),
             ttl: Duration::from_secs(180),
             period: Duration::from_secs(60),
+            renew_every: Duration::from_secs(60),
             hysteresis,
             manager: "test".into(),
         })
@@ -477,6 +490,25 @@ mod tests {
         // A real move is written at once.
         assert!(step(&w, &mut k, &scores(11), now(61)));
         assert_eq!(k.scores.get("cpu"), Some(11));
+    }
+
+    /// A long validity is renewed seldom: a steady score costs a write per `renew_every`
+    /// (clamped to leave two periods), not per period.
+    #[test]
+    fn a_long_validity_is_renewed_at_its_own_pace() {
+        let mut w = writer(0);
+        w.settings.ttl = Duration::from_secs(600);
+        w.settings.renew_every = Duration::from_secs(600);
+        let mut k = Known::default();
+        assert!(step(&w, &mut k, &scores(10), now(0)));
+        for t in (60..=420).step_by(60) {
+            assert!(!step(&w, &mut k, &scores(10), now(t)), "no renewal at {t}");
+        }
+        // 600 - 2 periods: the periodic refresh at 480 renews.
+        assert!(step(&w, &mut k, &scores(10), now(480)));
+        assert_eq!(k.valid_until, Some(at(1080)));
+        // A move is written at once, whatever the renewal pace.
+        assert!(step(&w, &mut k, &scores(12), now(500)));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! clusters are rated), the AddOnPlacementScores (who keeps each score object) and the
 //! ScoreDefinitions, however many definitions run.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -97,6 +97,9 @@ impl Fleet {
         );
 
         let notify = definitions_changed.clone();
+        // What admission reads of each definition: a status write (ours, every evaluation)
+        // is no reason to look at them all again.
+        let mut seen: BTreeMap<String, DefinitionKey> = BTreeMap::new();
         let definitions_task = tokio::spawn(
             reflector::reflector(
                 definitions_w,
@@ -104,12 +107,24 @@ impl Fleet {
             )
             .backoff(ocm_runtime::watch::backoff())
             .for_each(move |r| {
-                match r {
-                    Ok(watcher::Event::Init) => {}
-                    Ok(_) => notify.notify_one(),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "ScoreDefinition watch failed; retrying")
+                let changed = match r {
+                    Ok(watcher::Event::Init) => false,
+                    Ok(watcher::Event::InitDone) => true,
+                    Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
+                        let key = DefinitionKey::of(&d);
+                        seen.insert(d.name_any(), key.clone()) != Some(key)
                     }
+                    Ok(watcher::Event::Delete(d)) => {
+                        seen.remove(&d.name_any());
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "ScoreDefinition watch failed; retrying");
+                        false
+                    }
+                };
+                if changed {
+                    notify.notify_one();
                 }
                 futures::future::ready(())
             }),
@@ -223,6 +238,26 @@ impl Fleet {
                 ))
             })
             .collect()
+    }
+}
+
+/// What admission and the runners depend on: a change of anything else (the status) is none.
+#[derive(Clone, Debug, PartialEq)]
+struct DefinitionKey {
+    uid: Option<String>,
+    generation: Option<i64>,
+    labels: BTreeMap<String, String>,
+    deleting: bool,
+}
+
+impl DefinitionKey {
+    fn of(d: &ScoreDefinition) -> Self {
+        Self {
+            uid: d.metadata.uid.clone(),
+            generation: d.metadata.generation,
+            labels: d.labels().clone(),
+            deleting: d.metadata.deletion_timestamp.is_some(),
+        }
     }
 }
 

@@ -75,11 +75,35 @@ pub fn status(
             );
             if let Some(r) = report.filter(|r| Some(r.generation) == generation) {
                 evaluated(&mut s, r, label);
+                keep_recent_time(&mut s, current, def.period);
             }
         }
     }
     s.observed_generation = generation;
     Some(s)
+}
+
+/// An evaluation that says nothing new moves `lastEvaluationTime` only once it is a minute (or
+/// a period, if longer) old: a steady definition costs a status write a minute, not one per
+/// evaluation.
+fn keep_recent_time(
+    s: &mut ScoreDefinitionStatus,
+    current: Option<&ScoreDefinitionStatus>,
+    period: std::time::Duration,
+) {
+    let Some(old) = current else { return };
+    let (Some(old_at), Some(new_at)) = (&old.last_evaluation_time, &s.last_evaluation_time) else {
+        return;
+    };
+    let window = jiff::SignedDuration::try_from(period.max(std::time::Duration::from_secs(60)))
+        .unwrap_or(jiff::SignedDuration::MAX);
+    let same = ScoreDefinitionStatus {
+        last_evaluation_time: old.last_evaluation_time.clone(),
+        ..s.clone()
+    };
+    if same == *old && new_at.0.duration_since(old_at.0) < window {
+        s.last_evaluation_time = old.last_evaluation_time.clone();
+    }
 }
 
 fn evaluated(s: &mut ScoreDefinitionStatus, r: &Report, label: &str) {
@@ -268,6 +292,19 @@ mod tests {
         )
         .expect("ours");
         assert_eq!(cond(&s4, condition::EVALUATED).1, condition::LIMIT_EXCEEDED);
+        // The same outcome a little later writes nothing new; a minute later, the time.
+        let again = |at| Report {
+            at,
+            ..report(Ok(summary(3, &[])))
+        };
+        let t30 = jiff::Timestamp::from_second(1_030).expect("time");
+        let t70 = jiff::Timestamp::from_second(1_070).expect("time");
+        assert_eq!(
+            status(Some(&s), Some(2), &a, Some(&again(t30)), "cluster", t30).as_ref(),
+            Some(&s)
+        );
+        let later = status(Some(&s), Some(2), &a, Some(&again(t70)), "cluster", t70).expect("ours");
+        assert_eq!(later.last_evaluation_time.map(|t| t.0), Some(t70));
         // A report of an older generation says nothing about this one.
         let s5 = status(
             None,

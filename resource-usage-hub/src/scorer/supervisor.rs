@@ -51,6 +51,9 @@ pub struct Supervisor {
     pub health: Health,
 }
 
+/// The status last written, by definition uid.
+type Written = BTreeMap<String, ocm_api::scoring::ScoreDefinitionStatus>;
+
 struct Running {
     generation: i64,
     def: Arc<Compiled>,
@@ -69,6 +72,9 @@ impl Supervisor {
         let (tx, mut rx) = mpsc::unbounded_channel::<(String, Report)>();
         let mut running: BTreeMap<String, Running> = BTreeMap::new();
         let mut reports: BTreeMap<String, Report> = BTreeMap::new();
+        // What this scorer last wrote of each definition's status (by uid): the store lags
+        // behind its own writes, and comparing with it would write the same status again.
+        let mut written: Written = BTreeMap::new();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let changed = self.fleet.definitions_changed.clone();
@@ -79,17 +85,17 @@ impl Supervisor {
                 () = &mut shutdown => break,
                 () = changed.notified() => {
                     tokio::time::sleep(DEBOUNCE).await;
-                    self.reconcile(&mut running, &reports, &tx).await;
+                    self.reconcile(&mut running, &reports, &mut written, &tx).await;
                 }
                 Some((name, report)) = rx.recv() => {
                     reports.insert(name.clone(), report);
                     if let Some(d) = self.fleet.definition(&name) {
                         let admissions = self.admissions();
-                        self.write_status(&d, admissions.get(&name), reports.get(&name)).await;
+                        self.write_status(&d, admissions.get(&name), reports.get(&name), &mut written).await;
                     }
                 }
                 _ = tick.tick() => {
-                    self.reconcile(&mut running, &reports, &tx).await;
+                    self.reconcile(&mut running, &reports, &mut written, &tx).await;
                     self.sum_health(&running);
                 }
             }
@@ -114,6 +120,7 @@ impl Supervisor {
         &self,
         running: &mut BTreeMap<String, Running>,
         reports: &BTreeMap<String, Report>,
+        written: &mut Written,
         tx: &mpsc::UnboundedSender<(String, Report)>,
     ) {
         if !self.fleet.definitions_listed() {
@@ -163,10 +170,18 @@ impl Supervisor {
             for d in self.fleet.definitions() {
                 if self.selector.matches(&d.labels()) {
                     let name = d.name_any();
-                    self.write_status(&d, admissions.get(&name), reports.get(&name))
+                    self.write_status(&d, admissions.get(&name), reports.get(&name), written)
                         .await;
                 }
             }
+            // Forget the definitions that are gone.
+            let uids: BTreeSet<String> = self
+                .fleet
+                .definitions()
+                .iter()
+                .filter_map(|d| d.metadata.uid.clone())
+                .collect();
+            written.retain(|uid, _| uids.contains(uid));
             self.remove_orphans().await;
         }
     }
@@ -194,6 +209,9 @@ impl Supervisor {
         settings.write.score_name = def.score_name.clone();
         settings.write.period = def.period;
         settings.write.ttl = def.valid_for;
+        // A steady score is renewed as seldom as its validity allows (the writer keeps two
+        // periods of margin): a long validFor makes the writes follow the changes.
+        settings.write.renew_every = def.valid_for;
         settings.debounce = settings.debounce.min(def.period);
         let mut runner = Runner::new(provider, self.hub.clone(), settings)
             .with_metrics(self.runner_metrics.clone());
@@ -228,13 +246,21 @@ impl Supervisor {
         d: &ScoreDefinition,
         admission: Option<&Admission>,
         report: Option<&Report>,
+        written: &mut Written,
     ) {
         let Some(admission) = admission else {
             return;
         };
         let now = jiff::Timestamp::now();
+        let uid = d.metadata.uid.clone().unwrap_or_default();
+        // What the object has: what this scorer wrote last, unless the store holds a newer
+        // generation's (someone reset it, or the definition changed).
+        let current = match written.get(&uid) {
+            Some(w) if w.observed_generation == d.metadata.generation => Some(w),
+            _ => d.status.as_ref(),
+        };
         let Some(new) = status(
-            d.status.as_ref(),
+            current,
             d.metadata.generation,
             admission,
             report,
@@ -243,7 +269,7 @@ impl Supervisor {
         ) else {
             return;
         };
-        if d.status.as_ref() == Some(&new) || !self.leads() {
+        if current == Some(&new) || !self.leads() {
             return;
         }
         let api: Api<ScoreDefinition> = Api::all(self.hub.client());
@@ -253,12 +279,17 @@ impl Supervisor {
             "status": new,
         });
         let params = PatchParams::apply(self.manager()).force();
-        if let Err(e) = api
+        match api
             .patch_status(&d.name_any(), &params, &Patch::Apply(&patch))
             .await
-            && !ocm_runtime::write::is_not_found(&e)
         {
-            tracing::warn!(definition = %d.name_any(), error = %e, "cannot write the definition's status; retrying");
+            Ok(_) => {
+                written.insert(uid, new);
+            }
+            Err(e) if ocm_runtime::write::is_not_found(&e) => {}
+            Err(e) => {
+                tracing::warn!(definition = %d.name_any(), error = %e, "cannot write the definition's status; retrying");
+            }
         }
     }
 

@@ -63,6 +63,7 @@ async fn faster_clusters_score_higher_and_dead_ones_say_why() {
         score_name: "latency-score".into(),
         ttl: Duration::from_secs(30),
         period: Duration::from_secs(10),
+        renew_every: Duration::from_secs(10),
         hysteresis: 0,
         manager: "latency-provider".into(),
     });

@@ -68,6 +68,10 @@ const RUN_HERE: &[(&str, u64)] = &[
         "cargo run -q -p placement-scheduler -- simulate examples/fleet examples/fleet-failover --placement dr/dr-workload",
         1800,
     ),
+    (
+        "cargo run -q -p placement-scheduler -- simulate examples/scoring --placement ml/gpu-training",
+        1800,
+    ),
 ];
 
 /// README commands another test (or CI) runs, with the file that runs them (matched as in
