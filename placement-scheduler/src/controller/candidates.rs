@@ -50,20 +50,35 @@ impl Sieve {
 
     /// Whether `cluster` may pass the predicates (false only when every predicate's label or
     /// claim selector refuses it).
-    pub(crate) fn may_pass(&self, cluster: &ManagedCluster) -> bool {
+    pub(crate) fn may_pass(&self, cluster: &Cluster<'_>) -> bool {
         let Some(predicates) = &self.0 else {
             return true;
         };
-        let labels = cluster.metadata.labels.clone().unwrap_or_default();
-        let claims: BTreeMap<String, String> = cluster
-            .status
-            .iter()
-            .flat_map(|s| &s.cluster_claims)
-            .map(|c| (c.name.clone(), c.value.clone()))
-            .collect();
         predicates
             .iter()
-            .any(|(l, c)| l.matches(&labels) && c.matches(&claims))
+            .any(|(l, c)| l.matches(cluster.labels) && c.matches(&cluster.claims))
+    }
+}
+
+/// What a sieve reads of a cluster, read once per event (not once per placement).
+pub(crate) struct Cluster<'a> {
+    labels: &'a BTreeMap<String, String>,
+    claims: BTreeMap<String, String>,
+}
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+impl<'a> Cluster<'a> {
+    pub(crate) fn of(cluster: &'a ManagedCluster) -> Self {
+        Self {
+            labels: cluster.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
+            claims: cluster
+                .status
+                .iter()
+                .flat_map(|s| &s.cluster_claims)
+                .map(|c| (c.name.clone(), c.value.clone()))
+                .collect(),
+        }
     }
 }
 
@@ -363,6 +378,6 @@ mod tests {
                 {"key": "k", "operator": "Bogus", "values": ["v"]}]}}}]}}))
         .expect("a valid Placement");
         let sieve = super::Sieve::of(&p.spec.predicates);
-        assert!(sieve.may_pass(&cluster("x", json!({}), &[])));
+        assert!(sieve.may_pass(&super::Cluster::of(&cluster("x", json!({}), &[]))));
     }
 }

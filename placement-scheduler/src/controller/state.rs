@@ -181,13 +181,14 @@ impl State {
     /// one is named.
     fn choosing(&self, cluster: &ManagedCluster, resource: Option<&str>) -> BTreeSet<Key> {
         let mut out = BTreeSet::new();
+        let view = super::candidates::Cluster::of(cluster);
         for set in self.snapshot.sets_containing(cluster) {
             for ns in self.snapshot.namespaces_binding(set) {
                 out.extend(
                     self.index
                         .using_set(ns, set)
                         .filter(|k| resource.is_none_or(|r| self.index.reads_score(k, r)))
-                        .filter(|k| self.index.may_choose(k, cluster))
+                        .filter(|k| self.index.may_choose(k, &view))
                         .cloned(),
                 );
             }

@@ -10,7 +10,7 @@ use ocm_api::Placement;
 
 use placement_core::prioritize::{self, Kind};
 
-use super::candidates::Sieve;
+use super::candidates::{Cluster, Sieve};
 use placement_core::snapshot::{Name, Snapshot, decision_entries};
 
 /// A placement's `(namespace, name)`. Shared, not copied: a placement's key is held by the
@@ -180,7 +180,7 @@ impl Index {
 
     /// Whether the placement's predicates may let `cluster` through (see
     /// [`super::candidates`]); a placement not indexed: yes.
-    pub(crate) fn may_choose(&self, key: &Key, cluster: &ocm_api::ManagedCluster) -> bool {
+    pub(crate) fn may_choose(&self, key: &Key, cluster: &Cluster<'_>) -> bool {
         self.reads
             .get(key)
             .is_none_or(|r| r.sieve.may_pass(cluster))
