@@ -28,7 +28,7 @@ const REGIONS: usize = 10;
 /// longer than asked; the scores must not expire between renewals (nor before the first
 /// period, while the harness waits for the controller to settle).
 const VALIDITY_PERIODS: u32 = 10;
-const MIN_VALIDITY: Duration = Duration::from_secs(120);
+const MIN_VALIDITY: Duration = Duration::from_secs(600);
 const PICK: usize = 3;
 
 /// Where placement `j` of a namespace looks: its whole set (one in five), or one region.
