@@ -61,7 +61,7 @@ impl Controller {
                         (!args.event_debounce.is_empty())
                             .then(|| format!("--event-debounce={}", args.event_debounce)),
                     )
-                    .arg(format!("--namespaces={}", hub.ns))
+                    .arg(format!("--namespaces={}", hub.scope.join(",")))
                     .args(&args.controller_args);
             }
             Kind::Upstream => {

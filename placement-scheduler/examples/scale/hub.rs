@@ -10,6 +10,9 @@ pub(crate) struct Hub {
     pub(crate) client: Client,
     pub(crate) ns: String,
     pub(crate) set: String,
+    /// The namespaces our controller schedules (`--namespaces`): `ns` unless a scenario
+    /// spreads its placements wider.
+    pub(crate) scope: Vec<String>,
     pub(crate) kubeconfig: PathBuf,
     pub(crate) started_in: Duration,
     /// Requests the harness made, by (VERB, resource), to subtract from the apiserver's count.
@@ -31,6 +34,7 @@ impl Hub {
             client,
             ns: name.to_owned(),
             set: name.to_owned(),
+            scope: vec![name.to_owned()],
             kubeconfig,
             started_in: t.elapsed(),
             harness: Arc::default(),

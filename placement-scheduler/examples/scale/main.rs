@@ -39,6 +39,12 @@
 //! cargo run --release -p placement-scheduler --example scale -- --controller both \
 //!     --scenario flap --stability '{"minScoreGain": 30}' --out flap.md
 //! # knobs: --clusters --placements --steps --step-interval --noise --seed --flap-mode
+//! # Steady state (steady.rs): 1,000 clusters renewing every --step-interval, 5% of the scores
+//! # changing each period, 10,000 placements over 10 sets and namespaces; ours then upstream:
+//! cargo run --release -p placement-scheduler --example scale -- --controller both \
+//!     --scenario steady --steps 60 --step-interval 1s --out steady.md
+//! # The floor: the same writes with no controller (--placements of them):
+//! cargo run --release -p placement-scheduler --example scale -- --scenario floor --placements 2000
 //! # --json <path>: the figures as JSON too (throughput, moves/burst/react, flap), with the
 //! # run's date, commit and command: the format of docs/figures/data/ (data.rs), which
 //! # `cargo run -p plots` draws into docs/figures/*.svg.
@@ -97,6 +103,7 @@ mod measure;
 mod moves;
 mod reaction;
 mod report;
+mod steady;
 mod throughput;
 mod upstream;
 
@@ -215,16 +222,17 @@ struct Args {
     /// Burst: score writes in the burst (over every cluster, as fast as the harness can).
     #[arg(long, default_value_t = 1000)]
     burst_writes: usize,
-    /// Flap: steps; each rewrites every cluster's score.
+    /// Flap, steady: steps; each rewrites every cluster's score.
     #[arg(long, default_value_t = 60)]
     steps: usize,
-    /// Flap: the time between steps.
+    /// Flap, steady: the time between steps (steady: a period, each cluster's renewal).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     step_interval: Duration,
     /// Flap: the noise's amplitude A (a score is its true value + uniform noise in [-A, A]).
     #[arg(long, default_value_t = 15)]
     noise: i64,
-    /// Flap: the seed of the true values' order and of the noise.
+    /// Flap, steady: the seed of the true values' order and of the noise (steady: of the
+    /// values and of which change).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Flap: also run ours with this stability annotation
@@ -239,6 +247,13 @@ struct Args {
     /// changed for this long.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     flap_quiet: Duration,
+    /// Steady: clustersets, each bound in a namespace of its own; the clusters and the
+    /// placements are spread evenly over them.
+    #[arg(long, default_value_t = 10)]
+    steady_sets: usize,
+    /// Steady: the percentage of the clusters whose score changes value each period.
+    #[arg(long, default_value_t = 5)]
+    change_percent: u64,
     /// Where the kubeconfig and the controller's logs go (default: a new directory under
     /// $TMPDIR; kept, so that the logs can be read after a run).
     #[arg(long)]
@@ -263,6 +278,13 @@ enum Scenario {
     /// N clusters (default 30) whose scores wander around fixed true values, M placements
     /// (default 50) of 3: decision changes and regret, Additive and Exact (see `flap.rs`).
     Flap,
+    /// Steady state: every cluster renews its score each period, a share of them with a new
+    /// value; placements over several sets and namespaces (see `steady.rs`). Defaults: 1,000
+    /// clusters, 10,000 placements, 10 sets.
+    Steady,
+    /// The apiserver's floor: the writes a controller makes, made by the harness with no
+    /// scheduling (see `steady.rs`).
+    Floor,
 }
 
 /// The controllers a run measures.
@@ -442,6 +464,16 @@ async fn run(args: &Args) -> Result<()> {
                 }
             }
             sections.push(flap::section(&plan, args, &flaps));
+        }
+        Scenario::Steady => {
+            let mut runs = Vec::new();
+            for &kind in kinds {
+                runs.push(steady::run(&env, kind).await?);
+            }
+            sections.push(steady::section(&runs));
+        }
+        Scenario::Floor => {
+            sections.push(steady::floor(&env).await?);
         }
     }
     if !throughputs.is_empty() {

@@ -12,6 +12,7 @@
 //! checked against leadership and preconditioned on the objects it was computed from (see
 //! `writer`); the binary exits when it loses the lease (see `main.rs`).
 
+mod candidates;
 mod events;
 mod listing;
 pub mod metrics;
@@ -19,6 +20,7 @@ mod pass;
 pub mod queue;
 pub mod schema;
 mod slim;
+mod spread;
 pub mod state;
 mod sweep;
 mod triggers;
@@ -54,9 +56,9 @@ pub struct Options {
     /// Placements of one namespace scheduled at once while other namespaces' wait (`None`:
     /// half the workers, rounded up). See [`queue`].
     pub workers_per_namespace: Option<usize>,
-    /// About this often (±10%), every placement whose inputs changed since its last pass
-    /// without an event saying so is rescheduled: a safety net; at rest it schedules nothing.
-    /// Zero: never.
+    /// About this often, every placement whose last pass did not see the last event that
+    /// queued it is rescheduled, looked at in slices spread over the period (see `sweep`): a
+    /// safety net; at rest it schedules nothing. Zero: never.
     pub resync: Duration,
     /// Only placements in these namespaces (empty: all). Decisions in every namespace are
     /// still read (Balance counts them all).
@@ -140,6 +142,8 @@ struct Ctx {
     writer: Writer,
     /// Which placements the resync and the Balance waves reschedule (see [`sweep`]).
     sweeps: Sweeps,
+    /// The requeue timers, spread (see [`spread`]).
+    timers: parking_lot::Mutex<spread::Slots>,
     /// One Balance turn per namespace (see `pass::process`): a tenant's long passes can make
     /// only its own namespace's Balance users wait.
     balance_turns: BalanceTurns,
@@ -159,6 +163,7 @@ impl Ctx {
             queue,
             writer,
             sweeps: Sweeps::default(),
+            timers: parking_lot::Mutex::new(spread::Slots::new(tokio::time::Instant::now())),
             balance_turns: BalanceTurns::default(),
             options,
         };
@@ -192,6 +197,7 @@ impl Ctx {
     fn forget(&self, key: &Key) {
         self.queue.remove(key);
         self.sweeps.forget(key);
+        self.timers.lock().forget(key);
     }
 }
 

@@ -278,7 +278,8 @@ impl Pass<'_> {
         self.requeue();
     }
 
-    /// The placement again when the outcome asks (a toleration or a score's validity ends).
+    /// The placement again when the outcome asks (a toleration or a score's validity ends),
+    /// spread with the other timers (see [`super::spread`]).
     fn requeue(&self) {
         let Some(at) = self.outcome.requeue_at else {
             return;
@@ -289,9 +290,15 @@ impl Pass<'_> {
             // Still the sweep's pass (see `Sweeps::stay_quiet`).
             self.ctx.sweeps.stay_quiet(self.key);
         }
-        self.ctx
-            .queue
-            .add_at(self.key.clone(), tokio::time::Instant::now() + wait);
+        // Spread: timers due together must not wake every placement at once.
+        let now = tokio::time::Instant::now();
+        let placements = self.ctx.handle.state.read().placements.len();
+        let at = self
+            .ctx
+            .timers
+            .lock()
+            .place(self.key, now + wait, placements, now);
+        self.ctx.queue.replace_at(self.key.clone(), at);
     }
 
     /// A write failed: retried with backoff, unless this replica stopped leading.

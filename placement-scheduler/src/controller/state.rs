@@ -172,14 +172,39 @@ fn is_older(incoming: Option<&String>, cached: Option<&String>) -> bool {
 
 impl State {
     /// The placements an object of each kind can affect, computed before and after a change.
+    /// For a cluster: the placements it is a candidate of (see [`super::candidates`]).
     pub(crate) fn affected_by_cluster(&self, cluster: &ManagedCluster) -> BTreeSet<Key> {
+        self.choosing(cluster, None)
+    }
+
+    /// The placements `cluster` is a candidate of, and that read the score `resource` when
+    /// one is named.
+    fn choosing(&self, cluster: &ManagedCluster, resource: Option<&str>) -> BTreeSet<Key> {
         let mut out = BTreeSet::new();
+        let view = super::candidates::Cluster::of(cluster);
         for set in self.snapshot.sets_containing(cluster) {
             for ns in self.snapshot.namespaces_binding(set) {
-                out.extend(self.index.using_set(ns, set).cloned());
+                out.extend(
+                    self.index
+                        .using_set(ns, set)
+                        .filter(|k| resource.is_none_or(|r| self.index.reads_score(k, r)))
+                        .filter(|k| self.index.may_choose(k, &view))
+                        .cloned(),
+                );
             }
         }
         out
+    }
+
+    /// For a score written in `cluster`'s namespace: the placements that read it and that
+    /// cluster is a candidate of. A score with no cluster of its namespace's name is read by
+    /// no pass.
+    fn affected_by_score(&self, cluster: &str, resource: &str) -> BTreeSet<Key> {
+        let Some(c) = self.snapshot.cluster(cluster) else {
+            return BTreeSet::new();
+        };
+        let object = c.object.clone();
+        self.choosing(&object, Some(resource))
     }
 
     pub(crate) fn affected_by_set(&self, set: &str) -> BTreeSet<Key> {
@@ -274,12 +299,12 @@ impl State {
         if renewal {
             return BTreeSet::new();
         }
-        self.index.for_score(&name).cloned().collect()
+        self.affected_by_score(&ns, &name)
     }
 
     pub(crate) fn delete_score(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
         self.snapshot.remove_score(ns, name);
-        self.index.for_score(name).cloned().collect()
+        self.affected_by_score(ns, name)
     }
 
     /// Our write of `ns/name` is in flight (see `own_writes`), until [`State::own_write_done`].

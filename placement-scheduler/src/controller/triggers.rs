@@ -9,6 +9,8 @@ use std::sync::Arc;
 use ocm_api::Placement;
 
 use placement_core::prioritize::{self, Kind};
+
+use super::candidates::{Cluster, Sieve};
 use placement_core::snapshot::{Name, Snapshot, decision_entries};
 
 /// A placement's `(namespace, name)`. Shared, not copied: a placement's key is held by the
@@ -32,11 +34,14 @@ struct Reads {
     balance: bool,
     /// `spec.clusterSets` (empty: every bound set).
     cluster_sets: Vec<String>,
+    /// Which clusters its predicates may let through (see [`super::candidates`]).
+    sieve: Sieve,
 }
 
 fn reads(p: &Placement) -> Reads {
     let mut r = Reads {
         cluster_sets: p.spec.cluster_sets.clone(),
+        sieve: Sieve::of(&p.spec.predicates),
         ..Reads::default()
     };
     let mut resources = BTreeSet::new();
@@ -154,12 +159,31 @@ impl Index {
     }
 
     /// Placements that read the AddOnPlacementScore named `resource`.
+    #[cfg(test)]
     pub(crate) fn for_score<'a>(&'a self, resource: &str) -> impl Iterator<Item = &'a Key> + 'a {
         self.by_resource
             .get(resource)
             .into_iter()
             .flatten()
             .chain(self.any_resource.iter())
+    }
+
+    /// Whether the placement reads the AddOnPlacementScore named `resource`.
+    pub(crate) fn reads_score(&self, key: &Key, resource: &str) -> bool {
+        self.reads.get(key).is_some_and(|r| {
+            r.any_resource
+                || r.resources
+                    .binary_search_by(|n| n.as_str().cmp(resource))
+                    .is_ok()
+        })
+    }
+
+    /// Whether the placement's predicates may let `cluster` through (see
+    /// [`super::candidates`]); a placement not indexed: yes.
+    pub(crate) fn may_choose(&self, key: &Key, cluster: &Cluster<'_>) -> bool {
+        self.reads
+            .get(key)
+            .is_none_or(|r| r.sieve.may_pass(cluster))
     }
 
     /// Placements that use Balance (other placements' decisions change their scores).

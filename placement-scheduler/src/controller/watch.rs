@@ -30,9 +30,6 @@ use super::{Ctx, sweep};
 pub(super) trait Store<K> {
     /// The kind, as logs, metrics and `/readyz` name it.
     const KIND: &'static str;
-    /// Every pass reads objects of this kind: their events count for the sweeps (see
-    /// [`Sweeps::on_input_event`](super::sweep::Sweeps::on_input_event)).
-    const INPUT: bool;
 
     /// An object was added or changed.
     fn apply(&mut self, object: K) -> Changed;
@@ -55,7 +52,6 @@ pub(super) trait Store<K> {
 
 impl Store<ManagedCluster> for State {
     const KIND: &'static str = "ManagedCluster";
-    const INPUT: bool = true;
 
     fn apply(&mut self, c: ManagedCluster) -> Changed {
         Changed::requeue(self.apply_cluster(c))
@@ -73,7 +69,6 @@ impl Store<ManagedCluster> for State {
 
 impl Store<ManagedClusterSet> for State {
     const KIND: &'static str = "ManagedClusterSet";
-    const INPUT: bool = true;
 
     fn apply(&mut self, s: ManagedClusterSet) -> Changed {
         Changed::requeue(self.apply_set(s))
@@ -91,7 +86,6 @@ impl Store<ManagedClusterSet> for State {
 
 impl Store<ManagedClusterSetBinding> for State {
     const KIND: &'static str = "ManagedClusterSetBinding";
-    const INPUT: bool = true;
 
     fn apply(&mut self, b: ManagedClusterSetBinding) -> Changed {
         Changed::requeue(self.apply_binding(&b))
@@ -108,7 +102,6 @@ impl Store<ManagedClusterSetBinding> for State {
 
 impl Store<AddOnPlacementScore> for State {
     const KIND: &'static str = "AddOnPlacementScore";
-    const INPUT: bool = true;
 
     fn apply(&mut self, s: AddOnPlacementScore) -> Changed {
         Changed::requeue(self.apply_score(s))
@@ -125,7 +118,6 @@ impl Store<AddOnPlacementScore> for State {
 
 impl Store<PlacementDecision> for State {
     const KIND: &'static str = "PlacementDecision";
-    const INPUT: bool = false;
 
     fn apply(&mut self, d: PlacementDecision) -> Changed {
         self.apply_decision(d)
@@ -142,7 +134,6 @@ impl Store<PlacementDecision> for State {
 
 impl Store<Placement> for State {
     const KIND: &'static str = "Placement";
-    const INPUT: bool = false;
 
     fn apply(&mut self, p: Placement) -> Changed {
         Changed::requeue(self.apply_placement(p))
@@ -234,9 +225,6 @@ where
     State: Store<K>,
 {
     let mut st = ctx.handle.state.write();
-    if <State as Store<K>>::INPUT {
-        ctx.sweeps.on_input_event();
-    }
     let changed = match change {
         Change::Apply(o) => Store::<K>::apply(&mut *st, o),
         Change::Delete(o) => {

@@ -804,3 +804,97 @@ async fn a_tenants_placements_hold_at_most_their_share_of_workers() {
     }
     running.stop().await;
 }
+
+/// A score change wakes only the placements that may choose its cluster. Tenant `a` and
+/// tenant `b` bind disjoint clustersets and read the same score name; tenant `c` binds `a`'s
+/// set but its predicate leaves out the cluster whose score changes. Each tenant has its own
+/// controller (scoped to its namespace), so each one's passes are its own placements'. A
+/// real change of score in `a`'s cluster costs `a` one pass per placement, and `b` and `c`
+/// none (before, every placement reading that score name was scheduled). When a label then
+/// makes the cluster a candidate of `c`'s placements, they are woken and take it.
+#[tokio::test]
+async fn a_score_change_wakes_only_the_placements_that_may_choose_its_cluster() {
+    const PLACEMENTS: usize = 5;
+    // A score name no other test writes (the controllers see every namespace's scores).
+    const SCORE: &str = "tenant-fanout";
+    let a = Hub::new("pl-fan-a").await;
+    let b = Hub::new("pl-fan-b").await;
+    let c = Hub::new("pl-fan-c").await;
+    c.bind(&a.set).await;
+    let quiet_zone = json!({"zone": "quiet"});
+    let a_names = a.clusters(&["x", "y"], quiet_zone.clone()).await;
+    let a_hot = a
+        .cluster("hot", json!({"zone": "busy"}), serde_json::Value::Null)
+        .await;
+    let b_names = b.clusters(&["x", "y", "hot"], json!({})).await;
+    for (i, name) in a_names.iter().chain(&b_names).enumerate() {
+        let v = if name.ends_with("-x") {
+            50
+        } else {
+            10 + i32::try_from(i).unwrap()
+        };
+        a.score(name, SCORE, &[("s", v)], None).await;
+    }
+    a.score(&a_hot, SCORE, &[("s", 0)], None).await;
+    let by_score = json!({"numberOfClusters": 1, "prioritizerPolicy": {"mode": "Exact", "configurations": [
+        {"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": SCORE, "scoreName": "s"}}, "weight": 1}]}});
+    let mut in_quiet_zone = by_score.clone();
+    in_quiet_zone["clusterSets"] = json!([a.set]);
+    in_quiet_zone["predicates"] =
+        json!([{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"zone": "quiet"}}}}]);
+    let names: Vec<String> = (0..PLACEMENTS).map(|i| format!("p{i}")).collect();
+    for n in &names {
+        a.placement(n, by_score.clone()).await;
+        b.placement(n, by_score.clone()).await;
+        c.placement(n, in_quiet_zone.clone()).await;
+    }
+    for n in &names {
+        a.expect(n, &["x"]).await;
+        b.expect(n, &["x"]).await;
+        eventually("c's placement to choose a's x", || async {
+            (c.chosen(n).await == [a_names[0].clone()]).then_some(())
+        })
+        .await;
+    }
+    let handle = |h: &Hub| h.controller.as_ref().unwrap().handle.clone();
+    let (ha, hb, hc) = (handle(&a), handle(&b), handle(&c));
+    for h in [&ha, &hb, &hc] {
+        quiet(h).await;
+    }
+    let before = [passes(&ha), passes(&hb), passes(&hc)];
+
+    // A real change in a's cluster `hot`: a's placements move to it.
+    a.score(&a_hot, SCORE, &[("s", 90)], None).await;
+    for n in &names {
+        a.expect(n, &["hot"]).await;
+    }
+    for h in [&ha, &hb, &hc] {
+        quiet(h).await;
+    }
+    let spent = [
+        passes(&ha) - before[0],
+        passes(&hb) - before[1],
+        passes(&hc) - before[2],
+    ];
+    eprintln!("passes after one score change (a, b, c): {spent:?}");
+    assert_eq!(
+        spent,
+        [PLACEMENTS as u64, 0, 0],
+        "a's placements once each; b's set does not hold the cluster; c's predicate leaves it out"
+    );
+
+    // The cluster enters c's placements' candidates: they are woken and take it.
+    a.patch_cluster(&a_hot, json!({"metadata": {"labels": {"zone": "quiet"}}}))
+        .await;
+    for n in &names {
+        eventually("c's placement to take the cluster that entered", || async {
+            (c.chosen(n).await == [a_hot.clone()]).then_some(())
+        })
+        .await;
+    }
+    for n in &names {
+        b.expect(n, &["x"]).await;
+    }
+    quiet(&hb).await;
+    assert_eq!(passes(&hb) - before[1], 0, "b's set never held the cluster");
+}

@@ -523,6 +523,27 @@ impl Queue {
         self.notify.notify_one();
     }
 
+    /// The key's requeue is now `at`, whether earlier or later than the one set: a pass's
+    /// outcome says when it must run again, and a pending requeue from an earlier pass is
+    /// stale (else a timer set before a renewal would still fire at the old expiry).
+    pub(crate) fn replace_at(&self, key: Key, at: Instant) {
+        self.with(|i| {
+            if i.removed.contains(&key) {
+                return;
+            }
+            if let Some(old) = i.requeues.insert(key.clone(), at)
+                && let Some(due) = i.timers.get_mut(&old)
+            {
+                due.retain(|(k, why)| !(*k == key && *why == Due::Requeue));
+                if due.is_empty() {
+                    i.timers.remove(&old);
+                }
+            }
+            i.timer(at, key, Due::Requeue);
+        });
+        self.notify.notify_one();
+    }
+
     /// Adds the key after its backoff, which doubles with each failure until [`Queue::forget`].
     pub(crate) fn add_rate_limited(&self, key: Key) {
         let delay = self.with(|i| {

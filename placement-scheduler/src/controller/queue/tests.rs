@@ -184,3 +184,23 @@ fn halves_round_up_and_never_reach_zero() {
     assert_eq!(Fairness::halves(1).per_namespace, 1);
     assert_eq!(Fairness::halves(0).per_namespace, 1);
 }
+
+/// A pass's requeue replaces the one an earlier pass set, later or not; `add_at` keeps the
+/// earliest.
+#[tokio::test(start_paused = true)]
+async fn a_requeue_replaced_fires_at_its_new_time_only() {
+    let q = Queue::default();
+    let start = Instant::now();
+    q.replace_at(k("a"), start + Duration::from_secs(10));
+    q.replace_at(k("a"), start + Duration::from_secs(20));
+    assert_eq!(q.sizes().2, 1, "one timer");
+    assert_eq!(q.next_batch(10).await, [k("a")]);
+    assert_eq!(Instant::now() - start, Duration::from_secs(20));
+    q.done(&k("a"));
+    q.replace_at(k("a"), Instant::now() + Duration::from_secs(10));
+    q.replace_at(k("a"), Instant::now() + Duration::from_secs(5));
+    assert_eq!(q.next_batch(10).await, [k("a")]);
+    assert_eq!(Instant::now() - start, Duration::from_secs(25));
+    q.done(&k("a"));
+    assert_eq!(q.sizes().1, 0, "no requeue left");
+}
