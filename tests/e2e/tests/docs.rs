@@ -127,6 +127,21 @@ const OTHER_TOOLS: &[&str] = &[
 /// that is only the flag, say): the flag, the repository file that takes it (checked to
 /// mention it) or `None` for a program outside the repository, and whose it is.
 const OTHER_FLAGS: &[(&str, Option<&str>, &str)] = &[
+    // The hub scorer's flags that ScoreDefinitions replaced, named where the changelog says so.
+    ("window", Some("CHANGELOG.md"), "removed scorer flag"),
+    (
+        "freshness-step",
+        Some("CHANGELOG.md"),
+        "removed scorer flag",
+    ),
+    ("max-data-age", Some("CHANGELOG.md"), "removed scorer flag"),
+    ("normalise", Some("CHANGELOG.md"), "removed scorer flag"),
+    (
+        "active-pods-only",
+        Some("CHANGELOG.md"),
+        "removed scorer flag",
+    ),
+    ("query-*", Some("CHANGELOG.md"), "removed scorer flags"),
     ("list", Some("images/build.sh"), "images/build.sh"),
     ("set", None, "helm install/upgrade"),
     (
@@ -246,6 +261,7 @@ const METRIC_PREFIXES: &[&str] = &[
     "addon_manager_",
     "score_provider_",
     "scorer_",
+    "agent_definition",
     "kube_client_rate_limiter_",
     "leader_election_",
 ];
