@@ -26,11 +26,12 @@
 //! whose scores moved since the previous window.
 //!
 //! The score writer rewrites an object when its scores moved, its condition changed, or its
-//! `validUntil` is due for renewal (`score-provider/src/writer.rs`): renewal is due half a
-//! period after the last write by the monotonic clock, so every periodic refresh renews every
-//! object, whatever the TTL (`validFor`, default three periods). The writes of a round are
-//! therefore about clusters × definitions in either phase; the moved objects are the part of
-//! them that carried new scores, the rest (`PATCH − moved`) renewed `validUntil` only.
+//! `validUntil` is due for renewal (`score-provider/src/writer.rs`): every `validFor` minus two
+//! periods, at least every period. With the default `validFor` (three periods) every periodic
+//! refresh renews every object, so the writes of a round are about clusters × definitions in
+//! either phase; `--valid-for` longer makes renewals rarer, and the writes follow the moves. The
+//! moved objects are the part of the writes that carried new scores, the rest (`PATCH − moved`)
+//! renewed `validUntil` only.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -70,6 +71,10 @@ struct Args {
     /// Every definition's refresh period, and the length of a measured round.
     #[arg(long, default_value = "10s", value_parser = ocm_runtime::flags::parse_duration)]
     period: Duration,
+    /// Every definition's `validFor` (default three periods). A longer one renews a steady
+    /// score less often: the writer renews at most every `validFor` minus two periods.
+    #[arg(long, value_parser = ocm_runtime::flags::parse_duration)]
+    valid_for: Option<Duration>,
     /// Rounds per phase (5% of the clusters changing each round; then nothing changing).
     #[arg(long, default_value_t = 6)]
     rounds: usize,
@@ -117,7 +122,7 @@ fn kind(d: usize) -> Kind {
 }
 
 /// The definition `d` of `defs`, refreshed every `period`.
-fn definition(d: usize, defs: usize, period: Duration) -> Value {
+fn definition(d: usize, defs: usize, period: Duration, valid_for: Option<Duration>) -> Value {
     let m = format!("bench_m{d:02}");
     let item = |name: &str, expr: String, normalise: Value| json!({"name": name, "expression": expr, "normalise": normalise});
     let mut scores = match kind(d) {
@@ -159,7 +164,7 @@ fn definition(d: usize, defs: usize, period: Duration) -> Value {
             s["missingValue"] = json!(-100);
         }
     }
-    json!({
+    let mut def = json!({
         "apiVersion": "scoring.ocm-placement.io/v1alpha1",
         "kind": "ScoreDefinition",
         "metadata": {"name": definition_name(d), "labels": {"bench": "scorer-scale"}},
@@ -168,7 +173,11 @@ fn definition(d: usize, defs: usize, period: Duration) -> Value {
             "refreshPeriod": format!("{}ms", period.as_millis()),
             "scores": scores,
         }
-    })
+    });
+    if let Some(v) = valid_for {
+        def["spec"]["validFor"] = json!(format!("{}s", v.as_secs()));
+    }
+    def
 }
 
 /// A deterministic value in [0, 100) for (cluster, definition, shard, version): splitmix64.
@@ -310,7 +319,7 @@ async fn run(args: &Args) -> Result<String> {
     .ok_or("Prometheus did not scrape the exporter within a minute")?;
 
     for d in 0..defs {
-        testenv::scoring::apply(&client, &definition(d, defs, args.period)).await?;
+        testenv::scoring::apply(&client, &definition(d, defs, args.period, args.valid_for)).await?;
     }
 
     let dir = std::env::temp_dir().join(format!("scorer-scale-{}", std::process::id()));
@@ -343,7 +352,7 @@ async fn run(args: &Args) -> Result<String> {
     // Sanity: every cluster scored by every definition (each object holds its items).
     let want = n * defs;
     let scored = Arc::new(AtomicUsize::new(0));
-    wait::poll(Duration::from_secs(900), Duration::from_secs(2), || {
+    wait::poll(Duration::from_secs(900), Duration::from_secs(10), || {
         let client = client.clone();
         let scored = Arc::clone(&scored);
         async move {

@@ -237,7 +237,8 @@ impl<P: ScoreProvider> Runner<P> {
         let results = match written {
             Ok(results) => results,
             Err(_) => {
-                // What the writer knew of the unfinished clusters is gone: it reads them again.
+                // What the writer knew of the unfinished clusters is gone: it reads them again
+                // (the finished ones' is kept).
                 let e = format!("writes took more than {:?}", self.settings.write_timeout);
                 let delay = timers.hub_failed(Instant::now(), false);
                 self.metrics.hub_backoff.set(1);

@@ -171,7 +171,8 @@ impl ScoreWriter {
         clock: &HubClock,
         concurrency: usize,
     ) -> Vec<(String, Result<Written, WriteError>)> {
-        let mut previous = std::mem::take(&mut self.known);
+        // Each job takes what is known of its cluster; what is left belongs to clusters not
+        // scored this time, forgotten (their objects are read again if they come back).
         // Owned inputs per job: futures borrowing from a closure's arguments are not `Send`
         // for every lifetime, which the provider's task needs.
         let jobs: Vec<_> = computed
@@ -181,26 +182,26 @@ impl ScoreWriter {
                     self.settings.clone(),
                     client.clone(),
                     cluster.to_owned(),
-                    previous.remove(cluster),
+                    self.known.remove(cluster),
                     outcome.clone(),
                     clock.clone(),
                 )
             })
             .collect();
-        let mut results: Vec<_> = futures::stream::iter(jobs)
-            .buffer_unordered(concurrency.max(1))
-            .collect()
-            .await;
+        self.known.clear();
+        // What each finished job learnt is kept at once: a pass cut short (the runner's write
+        // timeout drops this future) loses only its unfinished clusters, so a fleet larger
+        // than one pass can write still converges over the following passes.
+        let mut stream = futures::stream::iter(jobs).buffer_unordered(concurrency.max(1));
+        let mut results = Vec::with_capacity(computed.len());
+        while let Some((cluster, known, result)) = stream.next().await {
+            if let Some(k) = known {
+                self.known.insert(cluster.clone(), k);
+            }
+            results.push((cluster, result));
+        }
         results.sort_by(|a, b| a.0.cmp(&b.0));
         results
-            .into_iter()
-            .map(|(cluster, known, result)| {
-                if let Some(k) = known {
-                    self.known.insert(cluster.clone(), k);
-                }
-                (cluster, result)
-            })
-            .collect()
     }
 }
 
