@@ -150,9 +150,9 @@ struct ControllerArgs {
     /// no other namespace's placement is waiting and another worker stays free.
     #[arg(long, env = "MAX_WORKERS_PER_NAMESPACE", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_workers_per_namespace: Option<usize>,
-    /// About this often (±10%), reschedule the placements whose inputs changed since their
-    /// last pass without an event saying so (a safety net: at rest it schedules nothing;
-    /// e.g. 10m; 0s: never).
+    /// Over about this long, in 60 slices (each ±10%), look at every placement and reschedule
+    /// those an event queued since their last pass started, that changed, or that never
+    /// passed (a safety net: at rest it schedules nothing; e.g. 10m; 0s: never).
     #[arg(long, env = "RESYNC_PERIOD", default_value = "10m", value_parser = ocm_runtime::flags::parse_duration)]
     resync_period: Duration,
     /// A trailing delay for every event before its placements are scheduled (e.g. 100ms:
