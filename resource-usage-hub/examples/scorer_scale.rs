@@ -224,7 +224,9 @@ fn exposition(versions: &[u32], defs: usize) -> String {
 /// scorer writes them here).
 async fn score_items(client: &Client) -> Result<BTreeMap<(String, String), Vec<(String, i32)>>> {
     let api = Api::<AddOnPlacementScore>::all(client.clone());
-    let list = api.list(&ListParams::default().match_any()).await?;
+    // A loaded apiserver drops a 20,000-object list now and then: try again.
+    let params = ListParams::default().match_any();
+    let list = testenv::retry::api(|| api.list(&params)).await?;
     Ok(list
         .items
         .into_iter()
