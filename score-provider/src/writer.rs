@@ -139,6 +139,8 @@ impl Now {
 pub struct ScoreWriter {
     settings: WriteSettings,
     known: BTreeMap<String, Known>,
+    /// After [`ScoreWriter::forget`]: the next pass renews every object it writes.
+    renew_all: bool,
 }
 
 impl ScoreWriter {
@@ -146,13 +148,16 @@ impl ScoreWriter {
         Self {
             settings,
             known: BTreeMap::new(),
+            renew_all: false,
         }
     }
 
     /// Forgets what is known of every object, so the next pass reads them again (after the
-    /// hub was away: someone may have changed or deleted them meanwhile).
+    /// hub was away: someone may have changed or deleted them meanwhile), and renews every one
+    /// it writes: after an outage, validity has run low everywhere at once.
     pub fn forget(&mut self) {
         self.known.clear();
+        self.renew_all = true;
     }
 
     /// Clusters whose object is known (the `writer_known` cache).
@@ -171,6 +176,7 @@ impl ScoreWriter {
         clock: &HubClock,
         concurrency: usize,
     ) -> Vec<(String, Result<Written, WriteError>)> {
+        let renew_all = std::mem::take(&mut self.renew_all);
         // Each job takes what is known of its cluster; what is left belongs to clusters not
         // scored this time, forgotten (their objects are read again if they come back).
         // Owned inputs per job: futures borrowing from a closure's arguments are not `Send`
@@ -183,6 +189,7 @@ impl ScoreWriter {
                     client.clone(),
                     cluster.to_owned(),
                     self.known.remove(cluster),
+                    renew_all,
                     outcome.clone(),
                     clock.clone(),
                 )
@@ -210,10 +217,12 @@ async fn write_owned(
     client: kube::Client,
     cluster: String,
     known: Option<Known>,
+    renew: bool,
     outcome: Outcome,
     clock: HubClock,
 ) -> (String, Option<Known>, Result<Written, WriteError>) {
-    let (known, result) = write_one(&settings, &client, &cluster, known, &outcome, &clock).await;
+    let (known, result) =
+        write_one(&settings, &client, &cluster, known, renew, &outcome, &clock).await;
     (cluster, known, result)
 }
 
@@ -224,6 +233,7 @@ async fn write_one(
     client: &kube::Client,
     cluster: &str,
     mut known: Option<Known>,
+    renew: bool,
     outcome: &Outcome,
     clock: &HubClock,
 ) -> (Option<Known>, Result<Written, WriteError>) {
@@ -236,7 +246,7 @@ async fn write_one(
     // Two rounds at most: an object deleted under us is created again once, and a status
     // changed under us (409) is read and decided on once more.
     for _ in 0..2 {
-        let current = match known.take() {
+        let mut current = match known.take() {
             Some(k) => k,
             None => match read_or_create(settings, &api).await {
                 Ok((k, c)) => {
@@ -246,6 +256,10 @@ async fn write_one(
                 Err(e) => return (None, Err(e)),
             },
         };
+        if renew {
+            // Due now (see `ScoreWriter::forget`).
+            current.renew_at = Some(Now::read(clock).mono);
+        }
         let Some((mut patch, next)) = plan(settings, &current, outcome, Now::read(clock)) else {
             let written = if created {
                 Written::Created

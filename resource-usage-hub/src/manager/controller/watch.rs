@@ -38,7 +38,28 @@ impl WatchCtx {
     {
         let writer = reflector::store::Writer::default();
         let reader = writer.as_reader();
-        self.spawn(tasks, writer, api, config, kind, slim);
+        self.spawn(tasks, writer, api, config, kind, slim, false);
+        reader
+    }
+
+    /// [`Self::watch`] of a kind the manager can do without (this project's own
+    /// ScoreDefinition): while the apiserver does not serve it (a hub upgraded without the
+    /// chart's `crds/`) or this identity may not read it, the watch counts as synced with
+    /// nothing in it, and keeps trying; once it lists, its objects arrive as usual.
+    pub(super) fn watch_optional<K>(
+        &self,
+        tasks: &mut tokio::task::JoinSet<()>,
+        api: Api<K>,
+        config: watcher::Config,
+        kind: &'static str,
+    ) -> Store<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
+        let writer = reflector::store::Writer::default();
+        let reader = writer.as_reader();
+        self.spawn(tasks, writer, api, config, kind, |_| {}, true);
         reader
     }
 
@@ -50,6 +71,7 @@ impl WatchCtx {
         config: watcher::Config,
         kind: &'static str,
         slim: fn(&mut K),
+        optional: bool,
     ) where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Eq + Hash + Clone + Send + Sync,
@@ -80,6 +102,11 @@ impl WatchCtx {
                         }
                     }
                     Ok(None) => break,
+                    Err(e) if optional && !synced && not_served_or_forbidden(&e) => {
+                        synced = true;
+                        ctx.handle.sync.synced(kind);
+                        tracing::warn!(kind, error = %e, "not served or not readable: going on without it, and trying again");
+                    }
                     Err(e) => {
                         tracing::warn!(kind, error = %e, "watch failed; retrying");
                         ctx.handle.sync.failed(kind, &e);
@@ -92,6 +119,15 @@ impl WatchCtx {
                 }
             }
         });
+    }
+}
+
+/// A 404 (the kind is not served) or a 403 (this identity may not list it).
+fn not_served_or_forbidden(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code == 404 || s.code == 403,
+        _ => false,
     }
 }
 
@@ -226,6 +262,7 @@ impl WatchCtx {
                     watcher::Config::default(),
                     "AddOnDeploymentConfig",
                     |_| {},
+                    false,
                 );
                 reader
             },
@@ -249,7 +286,7 @@ impl WatchCtx {
                 by_label,
                 "CertificateSigningRequest",
             ),
-            definitions: ctx.watch(
+            definitions: ctx.watch_optional(
                 tasks,
                 Api::all(client.clone()),
                 watcher::Config::default(),
