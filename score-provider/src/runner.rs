@@ -75,6 +75,10 @@ pub struct Runner<P> {
     progress: Arc<Mutex<Progress>>,
     /// Writes happen only while this leads (a hub-side provider with several replicas).
     leadership: Leadership,
+    /// Whether the last pass led: a pass that leads again after not leading re-reads and
+    /// renews every object (another replica may have written them meanwhile, and validity
+    /// ran down while nobody wrote).
+    led: bool,
 }
 
 impl<P: ScoreProvider> Runner<P> {
@@ -88,6 +92,7 @@ impl<P: ScoreProvider> Runner<P> {
             health: Health::new(),
             progress: Arc::default(),
             leadership: Leadership::always(),
+            led: true,
         }
     }
 
@@ -216,7 +221,11 @@ impl<P: ScoreProvider> Runner<P> {
         }
         if !self.leadership.is_leader() {
             tracing::debug!("not the leader: nothing written");
+            self.led = false;
             return;
+        }
+        if !std::mem::replace(&mut self.led, true) {
+            writer.forget();
         }
         let client = self.hub.client();
         let clock = self.hub.clock().clone();
