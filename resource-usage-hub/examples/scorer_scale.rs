@@ -11,6 +11,8 @@
 //! target/release/examples/scorer_scale --no-build --clusters 100 --definitions 5 --rounds 3
 //! ```
 //!
+//! Flags: `--clusters`, `--definitions`, `--period`, `--valid-for`, `--rounds`, `--no-build`.
+//!
 //! The definitions (`bench-dNN`, metric `bench_mNN` by the label `cluster`) cycle through five
 //! kinds, so that the set is representative: three series per cluster (`shard`) summed and
 //! maxed (two score items, Range and MinMax); one series per cluster by Range, by MinMax, by

@@ -143,6 +143,21 @@ const OTHER_FLAGS: &[(&str, Option<&str>, &str)] = &[
     ),
     ("query-*", Some("CHANGELOG.md"), "removed scorer flags"),
     ("list", Some("images/build.sh"), "images/build.sh"),
+    (
+        "definitions",
+        Some("resource-usage-hub/examples/scorer_scale.rs"),
+        "the scorer scale harness",
+    ),
+    (
+        "period",
+        Some("resource-usage-hub/examples/scorer_scale.rs"),
+        "the scorer scale harness",
+    ),
+    (
+        "valid-for",
+        Some("resource-usage-hub/examples/scorer_scale.rs"),
+        "the scorer scale harness",
+    ),
     ("set", None, "helm install/upgrade"),
     (
         "reuse-values",
