@@ -16,6 +16,7 @@ mod eligible;
 pub mod filter;
 mod groups;
 pub mod limits;
+pub mod margin;
 mod names;
 mod pass;
 pub mod plan;
@@ -34,6 +35,7 @@ use ocm_api::{Placement, PlacementDecision, PlacementStatus};
 pub use filter::{DropReason, FilterResult};
 pub use groups::{Group, Slice};
 pub use limits::{Deadline, Limits};
+pub use margin::{Margin, Verdict};
 pub use plan::{Event, EventType, PlannedWrite, Write};
 pub use prioritize::addon::CappedScore;
 pub use select::SpreadReport;
@@ -102,6 +104,9 @@ pub struct Outcome {
     pub placement_status: PlacementStatus,
     /// When this placement must be scheduled again even if nothing changes.
     pub requeue_at: Option<Timestamp>,
+    /// What a later score change can be judged against without a pass ([`margin`]); `None`:
+    /// every change of a score it reads needs one.
+    pub margin: Option<Margin>,
 }
 
 impl Outcome {
@@ -159,14 +164,18 @@ pub fn schedule_with(
     let decided = decisions::generate(&pass, &scheduled, &mut status);
     let writes = decided.bind(&pass, &scheduled, &status);
     let placement_status = placement_status(&pass, &eligible, &scheduled, &decided, &status);
+    let margin = margin::of(&pass, &scheduled, &decided, &status);
     laps.lap("bind", "PlacementDecisions");
     outcome(
         pass,
         eligible,
         scheduled,
-        decided,
-        writes,
-        placement_status,
+        Decisions {
+            decided,
+            writes,
+            placement_status,
+            margin,
+        },
         status,
     )
 }
@@ -200,16 +209,29 @@ fn placement_status(
     )
 }
 
+/// What the last steps produced: the decisions, the writes and status that bind them, and the
+/// margin left for later score changes.
+struct Decisions {
+    decided: Decided,
+    writes: Vec<PlannedWrite>,
+    placement_status: PlacementStatus,
+    margin: Option<Margin>,
+}
+
 /// Gathers what the steps found into the [`Outcome`].
 fn outcome(
     pass: Pass<'_>,
     eligible: Eligible,
     scheduled: Scheduled<'_>,
-    decided: Decided,
-    writes: Vec<PlannedWrite>,
-    placement_status: PlacementStatus,
+    last: Decisions,
     status: Status,
 ) -> Outcome {
+    let Decisions {
+        decided,
+        writes,
+        placement_status,
+        margin,
+    } = last;
     let names = |cs: &[&ClusterInfo]| -> Vec<Name> { cs.iter().map(|c| c.name.clone()).collect() };
     // A Transient failure writes nothing: the controller retries with backoff, not on a timer.
     let requeue_at = earliest(scheduled.requeue_at, decided.window.held_until)
@@ -244,6 +266,7 @@ fn outcome(
         writes,
         placement_status,
         requeue_at,
+        margin,
     }
 }
 

@@ -7,6 +7,7 @@ mod enhancements;
 mod fixtures;
 mod groups;
 mod limits;
+mod margin;
 mod plan;
 mod properties;
 mod regroup;

@@ -433,7 +433,7 @@ async fn write_scores(hub: &Hub, values: &[i64], concurrency: usize) -> Result<(
     futures::stream::iter(values.iter().enumerate())
         .map(|(i, &v)| {
             let valid_until = &valid_until;
-            async move { set_score(&hub.client, &cluster_name(i), v, valid_until).await }
+            async move { set_score(&hub.client, &cluster_name(i), v, Some(valid_until)).await }
         })
         .buffer_unordered(concurrency.max(1))
         .try_collect::<()>()

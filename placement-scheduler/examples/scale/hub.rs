@@ -113,7 +113,10 @@ impl Hub {
     }
 
     /// Creates `n` clusters `cluster-00000`... in the set, each with a namespace and an
-    /// AddOnPlacementScore `demo` (item `demo`, valid for 1,000 minutes).
+    /// AddOnPlacementScore `demo` (item `demo`) with no `validUntil`: an administrator's static
+    /// score, which never expires in either controller. (A far `validUntil` counts in ours
+    /// only for `--max-score-validity`, 10 minutes, after it was written: a run longer than
+    /// that, with scores written once, would see every score end and every placement move.)
     pub(crate) async fn create_fleet(
         &self,
         n: usize,
@@ -121,7 +124,6 @@ impl Hub {
         labels: impl Fn(usize) -> BTreeMap<String, String>,
         score: impl Fn(usize) -> i64,
     ) -> Result<()> {
-        let valid_until = score_valid_until();
         let done = AtomicU64::new(0);
         let t = Instant::now();
         futures::stream::iter(0..n)
@@ -129,7 +131,6 @@ impl Hub {
                 let mut l = labels(i);
                 l.insert(CLUSTERSET_LABEL.into(), self.set.clone());
                 let value = score(i);
-                let valid_until = valid_until.clone();
                 let done = &done;
                 async move {
                     let name = cluster_name(i);
@@ -149,7 +150,7 @@ impl Hub {
                     }
                     self.apply_ns::<AddOnPlacementScore>(&name, "demo", json!({}))
                         .await?;
-                    set_score(&self.client, &name, value, &valid_until).await?;
+                    set_score(&self.client, &name, value, None).await?;
                     let k = done.fetch_add(1, Ordering::Relaxed) + 1;
                     if k.is_multiple_of(250) {
                         eprintln!("  {k}/{n} clusters with scores ({:.0?})", t.elapsed());
@@ -225,10 +226,13 @@ pub(crate) async fn set_score(
     client: &Client,
     cluster: &str,
     value: i64,
-    valid_until: &str,
+    valid_until: Option<&str>,
 ) -> Result<()> {
     let api: Api<AddOnPlacementScore> = Api::namespaced(client.clone(), cluster);
-    let status = json!({"status": {"scores": [{"name": "demo", "value": value}], "validUntil": valid_until}});
+    let mut status = json!({"status": {"scores": [{"name": "demo", "value": value}]}});
+    if let Some(t) = valid_until {
+        status["status"]["validUntil"] = json!(t);
+    }
     let (pp, patch) = (PatchParams::default(), Patch::Merge(&status));
     retry(|| api.patch_status("demo", &pp, &patch)).await?;
     Ok(())

@@ -200,7 +200,7 @@ async fn create_hub(
                 }
                 hub.apply_ns::<AddOnPlacementScore>(&name, "demo", json!({}))
                     .await?;
-                set_score(&hub.client, &name, values[i], &valid_until).await?;
+                set_score(&hub.client, &name, values[i], Some(&valid_until)).await?;
                 Ok::<(), BoxError>(())
             }
         })
@@ -370,7 +370,7 @@ async fn write_scores(
     futures::stream::iter(values.iter().enumerate())
         .map(|(i, &v)| {
             let valid_until = &valid_until;
-            async move { set_score(&hub.client, &cluster_name(i), v, valid_until).await }
+            async move { set_score(&hub.client, &cluster_name(i), v, Some(valid_until)).await }
         })
         .buffer_unordered(concurrency.max(1))
         .try_collect::<()>()

@@ -211,7 +211,7 @@ mod tests {
         }
         // The first score of each cluster: what follows are changes of value.
         for c in ["a1", "a2", "b1", "g1"] {
-            let _ = st.apply_score(score(c, "r", 0));
+            let _ = st.apply_score(score(c, "r", 0)).requeue;
         }
         st
     }
@@ -246,18 +246,18 @@ mod tests {
         ];
         for (c, what, want) in cases {
             let mut st = hub();
-            let woken = st.apply_score(score(c, "r", 50));
+            let woken = st.apply_score(score(c, "r", 50)).requeue;
             assert_eq!(names(woken), *want, "{c}: {what}");
         }
         // Another score name wakes only its readers.
         let mut st = hub();
-        let _ = st.apply_score(score("a1", "q", 0));
+        let _ = st.apply_score(score("a1", "q", 0)).requeue;
         assert_eq!(
-            names(st.apply_score(score("a1", "q", 9))),
+            names(st.apply_score(score("a1", "q", 9)).requeue),
             ["ta/other-score"]
         );
         assert_eq!(
-            names(st.delete_score("a1", "r")),
+            names(st.delete_score("a1", "r").requeue),
             ["shared/both", "ta/all", "ta/cel", "ta/east", "ta/either"]
         );
     }
@@ -341,9 +341,9 @@ mod tests {
         .expect("a valid binding");
         // tb now binds a: its placement may choose a's clusters, and a score there wakes it.
         assert_eq!(names(st.apply_binding(&b)), ["tb/all"]);
-        assert!(names(st.apply_score(score("a1", "r", 7))).contains(&"tb/all".to_owned()));
+        assert!(names(st.apply_score(score("a1", "r", 7)).requeue).contains(&"tb/all".to_owned()));
         assert_eq!(names(st.delete_binding("tb", "a")), ["tb/all"]);
-        assert!(!names(st.apply_score(score("a1", "r", 8))).contains(&"tb/all".to_owned()));
+        assert!(!names(st.apply_score(score("a1", "r", 8)).requeue).contains(&"tb/all".to_owned()));
         // A set's deletion wakes all its users, predicates or not.
         assert_eq!(
             names(st.delete_set("a")),
@@ -367,8 +367,10 @@ mod tests {
                 {"requiredClusterSelector": {"labelSelector": {"matchLabels": {"region": "west"}}}}]}}))
         .expect("a valid Placement");
         assert_eq!(names(st.apply_placement(p)), ["ta/east"]);
-        assert!(!names(st.apply_score(score("a1", "r", 3))).contains(&"ta/east".to_owned()));
-        assert!(names(st.apply_score(score("a2", "r", 3))).contains(&"ta/east".to_owned()));
+        assert!(
+            !names(st.apply_score(score("a1", "r", 3)).requeue).contains(&"ta/east".to_owned())
+        );
+        assert!(names(st.apply_score(score("a2", "r", 3)).requeue).contains(&"ta/east".to_owned()));
     }
 
     #[test]

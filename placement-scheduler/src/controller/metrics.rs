@@ -53,6 +53,14 @@ pub(crate) struct KindLabels {
     pub(crate) kind: String,
 }
 
+/// `verdict` of `placement_score_change_verdicts`: `pass` (scheduled now), `later` (at the end
+/// of its `scoreRateLimit` window: only the scores its decisions show moved), `none` (the
+/// change cannot move what it writes).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub verdict: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: String,
@@ -87,6 +95,8 @@ pub struct Metrics {
     pub(crate) events_dropped: Counter,
     /// Moves the placements' stability controls held back, counted when a hold begins.
     pub moves_held: Counter,
+    /// Placements a score change woke, by what their margins judged.
+    pub score_change_verdicts: Family<VerdictLabels, Counter>,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -107,6 +117,7 @@ impl Metrics {
             cache_entries: Family::default(),
             events_dropped: Counter::default(),
             moves_held: Counter::default(),
+            score_change_verdicts: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("placement");
         r.register(
@@ -155,11 +166,27 @@ impl Metrics {
             m.moves_held.clone(),
         );
         r.register(
+            "score_change_verdicts",
+            "Placements a score change woke (a cluster that may be their candidate, a score they read), by verdict: pass (scheduled now), later (scheduled when the scoreRateLimit window ends: only the scores their decisions show moved), none (the change cannot move their decisions)",
+            m.score_change_verdicts.clone(),
+        );
+        r.register(
             "events_dropped",
             "Events not published because the event recorder's queue was full",
             m.events_dropped.clone(),
         );
         m
+    }
+
+    /// Counts what one score change asked of the placements it woke.
+    pub(crate) fn score_change(&self, pass: usize, later: usize, none: usize) {
+        for (verdict, n) in [("pass", pass), ("later", later), ("none", none)] {
+            if n > 0 {
+                self.score_change_verdicts
+                    .get_or_create(&VerdictLabels { verdict })
+                    .inc_by(n as u64);
+            }
+        }
     }
 
     /// Every argument is one of the writer's constants, never a value read from an object.

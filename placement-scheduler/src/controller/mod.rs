@@ -15,6 +15,7 @@
 mod candidates;
 mod events;
 mod listing;
+mod margins;
 pub mod metrics;
 mod pass;
 pub mod queue;
@@ -179,6 +180,21 @@ impl Ctx {
         let keys: Vec<Key> = keys.into_iter().filter(|k| self.in_scope(k)).collect();
         self.sweeps.on_event(&keys);
         self.queue.add_all(keys.iter());
+    }
+
+    /// Queues passes due at given times (score changes only the decisions' shown scores
+    /// wait for), spread with the other timers.
+    fn enqueue_later(&self, later: Vec<(Key, jiff::Timestamp)>) {
+        if later.is_empty() {
+            return;
+        }
+        let placements = self.handle.state.read().placements.len();
+        let (now, wall) = (tokio::time::Instant::now(), jiff::Timestamp::now());
+        for (key, at) in later.into_iter().filter(|(k, _)| self.in_scope(k)) {
+            let wait = std::time::Duration::try_from(at.duration_since(wall)).unwrap_or_default();
+            let at = self.timers.lock().place(&key, now + wait, placements, now);
+            self.queue.add_at(key, at);
+        }
     }
 
     fn enqueue_all(&self) {

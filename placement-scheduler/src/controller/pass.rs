@@ -114,10 +114,11 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
     let balance_turn = balance_turn(ctx, key).await;
     let start = ctx.sweeps.on_pass_start(key);
     let now = now_seconds();
-    let Some((placement, snapshot)) = take(ctx, key) else {
+    let Some((placement, snapshot, taken)) = take(ctx, key) else {
         return;
     };
     let Some((outcome, versions)) = schedule(ctx, key, &placement, &snapshot, now).await else {
+        ctx.handle.state.write().margins.forget(key);
         return;
     };
     let written = ctx
@@ -138,6 +139,7 @@ async fn process(ctx: &Arc<Ctx>, key: &Key) {
         snapshot: &snapshot,
         outcome: &outcome,
         start: &start,
+        taken,
         now,
     };
     match written {
@@ -166,16 +168,17 @@ async fn balance_turn(ctx: &Ctx, key: &Key) -> Option<OwnedMutexGuard<()>> {
     }
 }
 
-/// The placement and the snapshot to schedule it from; `None`: nothing to schedule.
-fn take(ctx: &Ctx, key: &Key) -> Option<(Arc<Placement>, Arc<Snapshot>)> {
+/// The placement and the snapshot to schedule it from, and where the margins stood then
+/// ([`super::margins::Margins::taken`]); `None`: nothing to schedule.
+fn take(ctx: &Ctx, key: &Key) -> Option<(Arc<Placement>, Arc<Snapshot>, u64)> {
     let taken = {
         let st = ctx.handle.state.read();
         st.placements
             .get(key)
             .cloned()
-            .map(|p| (p, st.snapshot.share()))
+            .map(|p| (p, st.snapshot.share(), st.margins.taken()))
     };
-    let Some((placement, snapshot)) = taken else {
+    let Some((placement, snapshot, seq)) = taken else {
         // Deleted while its requeue or backoff was pending.
         ctx.queue.remove(key);
         return None;
@@ -183,7 +186,7 @@ fn take(ctx: &Ctx, key: &Key) -> Option<(Arc<Placement>, Arc<Snapshot>)> {
     if placement.metadata.deletion_timestamp.is_some() || placement_core::is_disabled(&placement) {
         return None;
     }
-    Some((placement, snapshot))
+    Some((placement, snapshot, seq))
 }
 
 /// Runs the pass ([`schedule_pass`]); `None` when there is nothing to write: the core
@@ -245,13 +248,15 @@ struct Pass<'a> {
     snapshot: &'a Snapshot,
     outcome: &'a Outcome,
     start: &'a PassStart,
+    /// Where the margins stood when the snapshot was taken.
+    taken: u64,
     now: Timestamp,
 }
 
 impl Pass<'_> {
     /// Everything was written: remember the pass, say what changed, and queue what it asks
     /// for.
-    fn written(&self, again: BTreeSet<Key>) {
+    fn written(&self, mut again: BTreeSet<Key>) {
         let Pass {
             ctx,
             key,
@@ -259,9 +264,19 @@ impl Pass<'_> {
             snapshot,
             outcome,
             start,
+            taken,
             ..
         } = *self;
         let state = &ctx.handle.state;
+        let kept = state
+            .write()
+            .margins
+            .store(key, outcome.margin.clone(), taken);
+        if !kept {
+            // A score change was judged against the margin before this one after this pass
+            // took its snapshot: this pass may not have seen it.
+            again.insert(key.clone());
+        }
         ctx.sweeps
             .on_pass(key, start, state, placement, snapshot, outcome);
         warn_capped_validity(ctx, key, placement, outcome);
@@ -304,6 +319,7 @@ impl Pass<'_> {
     /// A write failed: retried with backoff, unless this replica stopped leading.
     fn not_written(&self, e: WriteError) {
         let key = self.key;
+        self.ctx.handle.state.write().margins.forget(key);
         match e {
             WriteError::NotLeader(what) => {
                 // The new leader schedules everything when it takes over.

@@ -17,6 +17,7 @@ use ocm_api::{
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::listing::key_of;
+use super::margins::{Margins, ScoreChange};
 use super::slim;
 use super::triggers::{self, Index, Key};
 use placement_core::prioritize::addon::renewal_changes_nothing;
@@ -76,6 +77,9 @@ pub struct State {
     held_said: HashMap<Key, u64>,
     /// When this process started: what a placement's first pass may be news about.
     started: Started,
+    /// Each placement's margin from its last written pass: the score changes it need not be
+    /// scheduled for.
+    pub(crate) margins: Margins,
     /// Our PlacementDecision writes in flight: their watch events often arrive before the
     /// write returns (and the writer puts the object into the store). Such an echo is not a
     /// user's edit and must not schedule the placement again: that pass would only see other
@@ -109,6 +113,11 @@ pub(crate) struct Changed {
     pub(crate) balance: bool,
     /// Placements deleted from the store: the queue and the sweeps forget them too.
     pub(crate) deleted: Vec<Key>,
+    /// Placements to schedule at a given time: a score change moved only the scores their
+    /// decisions show, which wait for the end of the `scoreRateLimit` window.
+    pub(crate) later: Vec<(Key, jiff::Timestamp)>,
+    /// Placements a score change woke that it cannot move (see [`Margins`]).
+    pub(crate) spared: usize,
 }
 
 impl Changed {
@@ -125,6 +134,8 @@ impl Changed {
         self.requeue.extend(other.requeue);
         self.balance |= other.balance;
         self.deleted.extend(other.deleted);
+        self.later.extend(other.later);
+        self.spared += other.spared;
         self
     }
 }
@@ -280,31 +291,59 @@ impl State {
     }
 
     /// Applies an AddOnPlacementScore. A renewal that changes no item and counts no shorter
-    /// (an agent's refresh) schedules nothing: see [`renewal_changes_nothing`].
-    pub(crate) fn apply_score(&mut self, s: AddOnPlacementScore) -> BTreeSet<Key> {
-        let s = slim::score(s);
+    /// (an agent's refresh) schedules nothing: see [`renewal_changes_nothing`]. A change
+    /// schedules the placements it may affect, unless their margins say it cannot move them.
+    pub(crate) fn apply_score(&mut self, s: AddOnPlacementScore) -> Changed {
+        let s = Arc::new(slim::score(s));
         let ns = s.metadata.namespace.clone().unwrap_or_default();
         let name = s.metadata.name.clone().unwrap_or_default();
+        let now = jiff::Timestamp::now();
         let old = self.snapshot.score(&ns, &name);
         if old.is_some_and(|old| old.status == s.status) {
-            return BTreeSet::new();
+            return Changed::default();
         }
-        let renewal = renewal_changes_nothing(
-            old,
-            Some(&s),
-            self.snapshot.max_score_validity(),
-            jiff::Timestamp::now(),
-        );
-        self.snapshot.upsert_score(Arc::new(s));
-        if renewal {
-            return BTreeSet::new();
-        }
-        self.affected_by_score(&ns, &name)
+        let bound = self.snapshot.max_score_validity();
+        // The old version is kept only for a change (renewals are most events).
+        let old = (!renewal_changes_nothing(old, Some(&s), bound, now)).then(|| old.cloned());
+        self.snapshot.upsert_score(s.clone());
+        let Some(old) = old else {
+            return Changed::default();
+        };
+        self.score_changed(&ns, &name, old.as_ref(), Some(&s), now)
     }
 
-    pub(crate) fn delete_score(&mut self, ns: &str, name: &str) -> BTreeSet<Key> {
+    pub(crate) fn delete_score(&mut self, ns: &str, name: &str) -> Changed {
+        let old = self.snapshot.score(ns, name).cloned();
         self.snapshot.remove_score(ns, name);
-        self.affected_by_score(ns, name)
+        self.score_changed(ns, name, old.as_ref(), None, jiff::Timestamp::now())
+    }
+
+    /// The placements a change of score `resource` in `cluster`'s namespace wakes, as their
+    /// margins judge it.
+    fn score_changed(
+        &mut self,
+        cluster: &str,
+        resource: &str,
+        old: Option<&AddOnPlacementScore>,
+        new: Option<&AddOnPlacementScore>,
+        now: jiff::Timestamp,
+    ) -> Changed {
+        let affected = self.affected_by_score(cluster, resource);
+        let change = ScoreChange {
+            cluster,
+            resource,
+            old,
+            new,
+            bound: self.snapshot.max_score_validity(),
+            now,
+        };
+        let judged = self.margins.judge(affected, &change);
+        Changed {
+            requeue: judged.now.into_iter().collect(),
+            later: judged.later,
+            spared: judged.spared,
+            ..Changed::default()
+        }
     }
 
     /// Our write of `ns/name` is in flight (see `own_writes`), until [`State::own_write_done`].
@@ -358,7 +397,7 @@ impl State {
         Changed {
             requeue,
             balance: moved,
-            deleted: Vec::new(),
+            ..Changed::default()
         }
     }
 
@@ -415,6 +454,7 @@ impl State {
             }
         }
         self.index.upsert(&key, &p);
+        self.margins.forget(&key);
         self.placements.insert(key.clone(), Arc::new(p));
         BTreeSet::from([key])
     }
@@ -464,6 +504,7 @@ impl State {
 
     pub(crate) fn delete_placement(&mut self, key: &Key) {
         self.index.remove(key);
+        self.margins.forget(key);
         self.validity_warned.remove(key);
         self.held_said.remove(key);
         self.placements.remove(key);

@@ -463,7 +463,9 @@ mod tests {
         };
         let sweeps = Sweeps::default();
         // An event, as `Ctx::enqueue` reports it.
-        let event = |keys: BTreeSet<Key>| sweeps.on_event(&keys.into_iter().collect::<Vec<_>>());
+        let event = |changed: crate::controller::state::Changed| {
+            sweeps.on_event(&changed.requeue.into_iter().collect::<Vec<_>>())
+        };
         let key = state.read().key("ns", "p");
         event(
             state

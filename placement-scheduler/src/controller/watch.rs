@@ -104,11 +104,11 @@ impl Store<AddOnPlacementScore> for State {
     const KIND: &'static str = "AddOnPlacementScore";
 
     fn apply(&mut self, s: AddOnPlacementScore) -> Changed {
-        Changed::requeue(self.apply_score(s))
+        self.apply_score(s)
     }
 
     fn delete(&mut self, namespace: &str, name: &str) -> Changed {
-        Changed::requeue(self.delete_score(namespace, name))
+        self.delete_score(namespace, name)
     }
 
     fn stored(&self) -> Vec<ObjectKey> {
@@ -190,7 +190,15 @@ where
         };
         let relist = change.ends_list();
         let changed = apply(&ctx, change, lister.listing());
+        if kind == <State as Store<AddOnPlacementScore>>::KIND {
+            ctx.handle.metrics.score_change(
+                changed.requeue.iter().filter(|k| ctx.in_scope(k)).count(),
+                changed.later.len(),
+                changed.spared,
+            );
+        }
         ctx.enqueue(changed.requeue);
+        ctx.enqueue_later(changed.later);
         if changed.balance {
             sweep::balance_changed(&ctx);
         }
@@ -249,4 +257,8 @@ fn count(metrics: &Metrics, st: &State) {
         metrics.store(kind, n);
     }
     metrics.store("Placement", st.placements.len());
+    metrics
+        .cache_entries
+        .get_or_create(&super::metrics::CacheLabels { cache: "margins" })
+        .set(i64::try_from(st.margins.len()).unwrap_or(i64::MAX));
 }

@@ -898,3 +898,101 @@ async fn a_score_change_wakes_only_the_placements_that_may_choose_its_cluster() 
     quiet(&hb).await;
     assert_eq!(passes(&hb) - before[1], 0, "b's set never held the cluster");
 }
+
+/// A score change that cannot move a placement's decisions costs it no pass; one that moves
+/// only the score its decisions show waits for the `scoreRateLimit` window; one that moves
+/// its clusters schedules it at once.
+#[tokio::test]
+async fn a_score_change_that_cannot_move_a_placement_costs_no_pass() {
+    use placement_scheduler::controller::metrics::VerdictLabels;
+    const EACH: usize = 3;
+    const SCORE: &str = "margin-judged";
+    let hub = Hub::new("pl-margin").await;
+    let names = hub.clusters(&["x", "y", "z"], json!({})).await;
+    for (name, v) in names.iter().zip([50, 10, 0]) {
+        hub.score(name, SCORE, &[("s", v)], None).await;
+    }
+    let spec = |window: &str| {
+        json!({"numberOfClusters": 1, "scoreRateLimit": window, "prioritizerPolicy": {"mode": "Exact",
+            "configurations": [{"scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": SCORE, "scoreName": "s"}}, "weight": 1}]}})
+    };
+    // `open` shows every new score at once; `held` at most once per 25 s window, which its
+    // first pass opens (long enough to be open still when x changes below).
+    let open: Vec<String> = (0..EACH).map(|i| format!("open{i}")).collect();
+    let held: Vec<String> = (0..EACH).map(|i| format!("held{i}")).collect();
+    for n in &open {
+        hub.placement(n, spec("0s")).await;
+    }
+    for n in &held {
+        hub.placement(n, spec("25s")).await;
+    }
+    for n in open.iter().chain(&held) {
+        hub.expect(n, &["x"]).await;
+    }
+    let handle = hub.controller.as_ref().unwrap().handle.clone();
+    let verdicts = |v: &'static str| {
+        handle
+            .metrics
+            .score_change_verdicts
+            .get_or_create(&VerdictLabels { verdict: v })
+            .get()
+    };
+    let shown = |n: &str| {
+        let hub = &hub;
+        let n = n.to_owned();
+        async move {
+            hub.decisions(&n)
+                .await
+                .iter()
+                .flat_map(|d| d.status.iter().flat_map(|s| s.decisions.clone()))
+                .map(|e| e.score)
+                .collect::<Vec<_>>()
+        }
+    };
+    // x: 50 -> 60: the chosen cluster's score moves, its decisions stay. `open` writes the new
+    // score at once; `held` when its window ends, not before.
+    quiet(&handle).await;
+    let (passes1, later1) = (passes(&handle), verdicts("later"));
+    hub.score(&names[0], SCORE, &[("s", 60)], None).await;
+    for n in &open {
+        eventually("open placements to show the new score", || async {
+            (shown(n).await == [60]).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        verdicts("later") - later1,
+        EACH as u64,
+        "held placements wait"
+    );
+    for n in &held {
+        eventually(
+            "held placements to show it when their window ends",
+            || async { (shown(n).await == [60]).then_some(()) },
+        )
+        .await;
+    }
+    quiet(&handle).await;
+    assert_eq!(
+        passes(&handle) - passes1,
+        2 * EACH as u64,
+        "one pass each: at once for open, at the window's end for held"
+    );
+
+    let (passes0, none0) = (passes(&handle), verdicts("none"));
+
+    // y: 10 -> 30, still below x (60): nothing any placement writes can change.
+    hub.score(&names[1], SCORE, &[("s", 30)], None).await;
+    eventually("the change to be judged", || async {
+        (verdicts("none") == none0 + 2 * EACH as u64).then_some(())
+    })
+    .await;
+    quiet(&handle).await;
+    assert_eq!(passes(&handle), passes0, "a change outside the margin");
+
+    // y: 30 -> 70: every placement moves to it at once.
+    hub.score(&names[1], SCORE, &[("s", 70)], None).await;
+    for n in open.iter().chain(&held) {
+        hub.expect(n, &["y"]).await;
+    }
+}

@@ -81,6 +81,7 @@ fn outcome(
         writes: Vec::new(),
         placement_status: Default::default(),
         requeue_at: None,
+        margin: None,
     }
 }
 
