@@ -18,60 +18,15 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
 
-/// Removes `field` from the `properties` at `path` (a JSON pointer below the stored version's
-/// schema) of CRD `name`.
-async fn drop_field(hub: &Hub, name: &str, path: &str, field: &str) {
-    let crds: Api<CustomResourceDefinition> = Api::all(hub.client.clone());
-    let crd = crds.get(name).await.unwrap();
-    let mut value = serde_json::to_value(&crd).unwrap();
-    for version in value["spec"]["versions"].as_array_mut().unwrap() {
-        let schema = &mut version["schema"]["openAPIV3Schema"];
-        if let Some(Value::Object(props)) = schema.pointer_mut(path) {
-            props.remove(field);
-        }
-    }
-    let crd: CustomResourceDefinition = serde_json::from_value(value).unwrap();
-    crds.replace(name, &PostParams::default(), &crd)
-        .await
-        .unwrap();
-}
-
 /// Makes the control plane's CRDs those of OCM 1.2, and waits until its published OpenAPI
 /// says so (what the scheduler reads at start).
 async fn make_it_ocm_1_2(hub: &Hub) {
-    drop_field(
-        hub,
-        "placementdecisions.cluster.open-cluster-management.io",
-        "/properties/status/properties/decisions/items/properties",
-        "score",
-    )
-    .await;
-    drop_field(
-        hub,
-        "placements.cluster.open-cluster-management.io",
-        "/properties/status/properties",
-        "lastScoreUpdateTime",
-    )
-    .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let request =
-            http::Request::get("/openapi/v3/apis/cluster.open-cluster-management.io/v1beta1")
-                .body(Vec::new())
-                .unwrap();
-        let text = hub.client.request_text(request).await.unwrap_or_default();
-        let doc: Value = serde_json::from_str(&text).unwrap_or_default();
-        if placement_scheduler::controller::schema::from_document(&doc)
+    testenv::crds::as_ocm_1_2(&hub.client, |doc| {
+        placement_scheduler::controller::schema::from_document(doc)
             == Some(placement_core::ScoreFields::Absent)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the apiserver did not publish the changed CRD"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await
+    .unwrap();
 }
 
 /// The scheduler-written objects of `hub`'s namespace as raw JSON: its Placement `p` and its

@@ -86,10 +86,6 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.shards.iter().flat_map(|s| s.iter())
     }
-
-    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
-        self.shards.iter().flat_map(|s| s.values())
-    }
 }
 
 /// A vector of optional entries in shared chunks of `CHUNK`.

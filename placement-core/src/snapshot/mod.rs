@@ -251,6 +251,8 @@ pub struct Snapshot {
     bindings: Arc<BTreeMap<String, BTreeSet<String>>>,
     /// cluster namespace -> score name -> score
     scores: ShardedMap<Name, ByName<Arc<AddOnPlacementScore>>>,
+    /// How many scores `scores` holds (its size gauge is read after every watch event).
+    score_count: usize,
     max_score_validity: MaxScoreValidity,
     score_fields: ScoreFields,
     /// The limits of one pass (CEL budget, list items).

@@ -167,10 +167,7 @@ impl Snapshot {
                 "ManagedClusterSetBinding",
                 self.bindings.values().map(BTreeSet::len).sum(),
             ),
-            (
-                "AddOnPlacementScore",
-                self.scores.values().map(|s| s.len()).sum(),
-            ),
+            ("AddOnPlacementScore", self.score_count),
             ("PlacementDecision", self.decisions.len()),
         ]
     }

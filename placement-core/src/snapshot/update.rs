@@ -129,7 +129,12 @@ impl Snapshot {
             .unwrap_or_default()
             .into();
         let name = score.metadata.name.clone().unwrap_or_default();
-        Arc::make_mut(self.scores.get_or_default(ns.clone())).insert(name, score);
+        if Arc::make_mut(self.scores.get_or_default(ns.clone()))
+            .insert(name, score)
+            .is_none()
+        {
+            self.score_count += 1;
+        }
         self.mirror_scores(&ns);
         self.invalidate_columns();
     }
@@ -169,8 +174,10 @@ impl Snapshot {
         if self.score(namespace, name).is_none() {
             return;
         }
-        if let Some(s) = self.scores.get_mut(namespace) {
-            Arc::make_mut(s).remove(name);
+        if let Some(s) = self.scores.get_mut(namespace)
+            && Arc::make_mut(s).remove(name).is_some()
+        {
+            self.score_count -= 1;
         }
         self.mirror_scores(namespace);
         self.invalidate_columns();

@@ -27,6 +27,15 @@ impl Hub {
             .await
             .map_err(|e| format!("cannot start the control plane: {e}"))?;
         let client = cp.client()?;
+        if env.args.ocm_1_2_crds {
+            eprintln!("[{name}] serving OCM 1.2's CRDs (no score fields)");
+            testenv::crds::as_ocm_1_2(&client, |doc| {
+                placement_scheduler::controller::schema::from_document(doc)
+                    == Some(placement_core::ScoreFields::Absent)
+            })
+            .await
+            .map_err(|e| format!("cannot serve OCM 1.2's CRDs: {e}"))?;
+        }
         let kubeconfig = env.work_dir.join(format!("{name}.kubeconfig"));
         cp.write_kubeconfig(&kubeconfig)?;
         let hub = Hub {

@@ -254,6 +254,11 @@ struct Args {
     /// Steady: the percentage of the clusters whose score changes value each period.
     #[arg(long, default_value_t = 5)]
     change_percent: u64,
+    /// Serve OCM 1.2's CRDs (without `decisions[].score` and the Placement's
+    /// `lastScoreUpdateTime`): the hub upstream's v1.2.0 controller is built for, where ours
+    /// writes no scores either, so both controllers make the same writes.
+    #[arg(long)]
+    ocm_1_2_crds: bool,
     /// Where the kubeconfig and the controller's logs go (default: a new directory under
     /// $TMPDIR; kept, so that the logs can be read after a run).
     #[arg(long)]

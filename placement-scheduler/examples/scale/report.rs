@@ -86,11 +86,16 @@ pub(crate) fn render_report(
     let _ = writeln!(s, "## Placement controller scale run\n");
     let _ = writeln!(
         s,
-        "{} UTC; {}; kube-apiserver {}, etcd {} (testenv, `--unsafe-no-fsync`); controller built from {}, run with `--workers={} --client-qps={} --client-burst={} --event-debounce={}{}{}`, leader election off.\n",
+        "{} UTC; {}; kube-apiserver {}, etcd {} (testenv, `--unsafe-no-fsync`){}; controller built from {}, run with `--workers={} --client-qps={} --client-burst={} --event-debounce={}{}{}`, leader election off.\n",
         started.strftime("%Y-%m-%d %H:%M"),
         machine(),
         testenv::paths::version("KUBE_VERSION").unwrap_or("?"),
         testenv::paths::version("ETCD_VERSION").unwrap_or("?"),
+        if args.ocm_1_2_crds {
+            ", OCM 1.2's CRDs (no score fields)"
+        } else {
+            ""
+        },
         rev,
         args.workers,
         args.client_qps,

@@ -132,3 +132,69 @@ pub async fn namespace(client: &Client, prefix: &str) -> Result<String, Error> {
         .await?;
     Ok(name)
 }
+
+/// Makes the served OCM CRDs those of OCM 1.2 (open-cluster-management-io/api v1.2.0), whose
+/// schemas predate `decisions[].score` on PlacementDecisions and `lastScoreUpdateTime` on
+/// Placements: the two fields are removed from every version's schema. Returns once
+/// `published` says the apiserver's OpenAPI document for `cluster.open-cluster-management.io/v1beta1`
+/// shows the change (what a controller reads at start), or fails after a minute.
+pub async fn as_ocm_1_2(
+    client: &Client,
+    published: impl Fn(&serde_json::Value) -> bool,
+) -> Result<(), Error> {
+    drop_field(
+        client,
+        "placementdecisions.cluster.open-cluster-management.io",
+        "/properties/status/properties/decisions/items/properties",
+        "score",
+    )
+    .await?;
+    drop_field(
+        client,
+        "placements.cluster.open-cluster-management.io",
+        "/properties/status/properties",
+        "lastScoreUpdateTime",
+    )
+    .await?;
+    let deadline = Instant::now() + ESTABLISH_TIMEOUT;
+    loop {
+        let request =
+            http::Request::get("/openapi/v3/apis/cluster.open-cluster-management.io/v1beta1")
+                .body(Vec::new())
+                .map_err(|e| Error::Invalid(format!("an OpenAPI request: {e}")))?;
+        let text = client.request_text(request).await.unwrap_or_default();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        if published(&doc) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::NotReady {
+                what: "the OCM 1.2 CRDs in the apiserver's OpenAPI document".into(),
+                seconds: ESTABLISH_TIMEOUT.as_secs(),
+                detail: String::new(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Removes `field` from the `properties` at `path` (a JSON pointer below each version's
+/// schema) of CRD `name`.
+async fn drop_field(client: &Client, name: &str, path: &str, field: &str) -> Result<(), Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds.get(name).await?;
+    let mut value = serde_json::to_value(&crd)
+        .map_err(|e| Error::Invalid(format!("CRD {name} as JSON: {e}")))?;
+    if let Some(versions) = value["spec"]["versions"].as_array_mut() {
+        for version in versions {
+            let schema = &mut version["schema"]["openAPIV3Schema"];
+            if let Some(serde_json::Value::Object(props)) = schema.pointer_mut(path) {
+                props.remove(field);
+            }
+        }
+    }
+    let crd: CustomResourceDefinition = serde_json::from_value(value)
+        .map_err(|e| Error::Invalid(format!("CRD {name} from JSON: {e}")))?;
+    crds.replace(name, &PostParams::default(), &crd).await?;
+    Ok(())
+}
