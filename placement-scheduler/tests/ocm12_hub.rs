@@ -10,12 +10,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 use common::*;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::PostParams;
 use serde_json::{Value, json};
 
 /// Makes the control plane's CRDs those of OCM 1.2, and waits until its published OpenAPI
