@@ -173,12 +173,6 @@ pub(crate) fn of(
 }
 
 impl Margin {
-    /// Whether the placement reads the AddOnPlacementScore named `resource` through this
-    /// margin's terms.
-    pub fn reads(&self, resource: &str) -> bool {
-        self.terms.iter().any(|t| t.resource == resource)
-    }
-
     /// Judges the change of `cluster`'s AddOnPlacementScore `resource` from `old` to `new`
     /// at `now`, and updates the margin as a pass would see it after the change.
     pub fn judge(

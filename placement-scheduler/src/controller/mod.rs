@@ -188,13 +188,20 @@ impl Ctx {
         if later.is_empty() {
             return;
         }
-        let placements = self.handle.state.read().placements.len();
-        let (now, wall) = (tokio::time::Instant::now(), jiff::Timestamp::now());
+        let wall = jiff::Timestamp::now();
         for (key, at) in later.into_iter().filter(|(k, _)| self.in_scope(k)) {
             let wait = std::time::Duration::try_from(at.duration_since(wall)).unwrap_or_default();
-            let at = self.timers.lock().place(&key, now + wait, placements, now);
+            let at = self.spread(&key, wait);
             self.queue.add_at(key, at);
         }
+    }
+
+    /// When a timer for `key` due in `wait` fires: spread with the other timers, so that
+    /// timers due together do not wake every placement at once (see [`spread`]).
+    fn spread(&self, key: &Key, wait: std::time::Duration) -> tokio::time::Instant {
+        let placements = self.handle.state.read().placements.len();
+        let now = tokio::time::Instant::now();
+        self.timers.lock().place(key, now + wait, placements, now)
     }
 
     fn enqueue_all(&self) {

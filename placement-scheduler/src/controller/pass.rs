@@ -305,14 +305,7 @@ impl Pass<'_> {
             // Still the sweep's pass (see `Sweeps::stay_quiet`).
             self.ctx.sweeps.stay_quiet(self.key);
         }
-        // Spread: timers due together must not wake every placement at once.
-        let now = tokio::time::Instant::now();
-        let placements = self.ctx.handle.state.read().placements.len();
-        let at = self
-            .ctx
-            .timers
-            .lock()
-            .place(self.key, now + wait, placements, now);
+        let at = self.ctx.spread(self.key, wait);
         self.ctx.queue.replace_at(self.key.clone(), at);
     }
 
